@@ -1,0 +1,52 @@
+# Agent Jobs — the verbs. `make help` lists them.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+# Python 3.13 is the Lambda runtime; use it when this machine has it, else python3.
+PYTHON ?= $(shell command -v python3.13 >/dev/null 2>&1 && python3.13 -c 'pass' 2>/dev/null && echo python3.13 || \
+            (p=$$(pyenv prefix 3.13 2>/dev/null | head -n1); [ -n "$$p" ] && [ -x "$$p/bin/python3.13" ] && echo "$$p/bin/python3.13") || echo python3)
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+export SAM_CLI_TELEMETRY := 0
+export PATH := $(abspath $(BIN)):$(PATH)
+
+.PHONY: help venv lint typecheck template-lint test test-fast build build-local demo local deploy clean
+
+help: ## list the verbs
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+
+$(STAMP): requirements-dev.txt layers/shared/requirements.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -r requirements-dev.txt
+	touch $(STAMP)
+
+venv: $(STAMP) ## create .venv with the pinned development requirements
+
+lint: $(STAMP) ## ruff (lint + format check) and mypy
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+template-lint: $(STAMP) ## cfn-lint and sam validate --lint on template.yaml
+	$(BIN)/cfn-lint template.yaml
+	$(BIN)/sam validate --lint --region us-east-1
+
+test: lint template-lint ## everything CI runs: lint, template lint, all tests
+	$(BIN)/python -m pytest
+
+test-fast: $(STAMP) ## the tests without the sam build ones
+	$(BIN)/python -m pytest -m "not build"
+
+build: $(STAMP) ## sam build (arm64 layer cross-installed with pip; no Docker needed)
+	$(BIN)/sam build
+
+demo: ## run the whole system locally (embedded emulator, API, workers, workload)
+	@echo "make demo: the local runtime is not built yet; run 'make test' to exercise the system against moto." && exit 1
+
+deploy: build ## sam deploy with samconfig.toml defaults
+	$(BIN)/sam deploy
+
+clean: ## remove build output and caches
+	rm -rf .aws-sam .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,622 @@
+"""The guard: the only code that writes job and workspace state.
+
+Every transition is one conditional write (a single item, or one transaction when a job and its workspace must change
+together). A lost condition is an expected outcome returned as a value, never an exception: the caller decides
+whether to acknowledge or retry. The happy path is two writes (claim, complete) and no read; a duplicate delivery
+is one failed conditional write.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
+
+from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
+from botocore.exceptions import ClientError
+
+from agent_jobs.keys import job_key, workspace_key
+from agent_jobs.models import JobMessage, JobStatus, WorkspaceState
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb.client import DynamoDBClient
+    from mypy_boto3_dynamodb.type_defs import TransactWriteItemTypeDef
+
+Item = dict[str, Any]
+Clock = Callable[[], int]
+
+# A stored message body larger than this is truncated (DynamoDB items are capped at 400 KB).
+MAX_STORED_BODY_CHARS = 300_000
+_serializer = TypeSerializer()
+_deserializer = TypeDeserializer()
+
+
+def epoch_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class ClaimOutcome(StrEnum):
+    CLAIMED = "CLAIMED"  # run the job, then complete or fail with the lease
+    DUPLICATE = "DUPLICATE"  # already SUCCEEDED or SKIPPED: acknowledge without effect
+    BUSY = "BUSY"  # another worker holds a live lease: report the record failed, never acknowledge
+    WORKSPACE_HALTED = "WORKSPACE_HALTED"  # the workspace is HALTED or RESUMING: park the job
+    SETTLED = "SETTLED"  # already DEAD, REJECTED or PARKED: its halt is on record; acknowledge
+    EXHAUSTED = "EXHAUSTED"  # attempts used up by workers that never came back: now DEAD, workspace halted
+    CONFLICT = "CONFLICT"  # same jobId, another payload: acknowledge without effect
+    CONTENDED = "CONTENDED"  # a concurrent transaction touched the items: retry later
+
+
+@dataclass(frozen=True)
+class Lease:
+    """Proof of a claim: later writes of this job are conditional on `owner` still being the lease owner."""
+
+    job_id: str
+    workspace_id: str
+    tenant_id: str
+    owner: str
+    expires_at_ms: int
+
+
+@dataclass(frozen=True)
+class ClaimResult:
+    outcome: ClaimOutcome
+    lease: Lease | None = None
+    previous: Item | None = None  # the job item as it was when the claim lost
+    workspace: Item | None = None  # the workspace item when it blocked the claim
+
+    @property
+    def claimed(self) -> bool:
+        return self.outcome is ClaimOutcome.CLAIMED
+
+
+class FailOutcome(StrEnum):
+    RETRY = "RETRY"  # FAILED, the queue will deliver it again
+    DEAD = "DEAD"  # DEAD and the workspace HALTED, in one transaction
+    LOST = "LOST"  # the lease was taken over: nothing written
+
+
+class AcceptOutcome(StrEnum):
+    NEW = "NEW"  # recorded QUEUED: send it
+    UNSENT = "UNSENT"  # recorded earlier with the same payload but never confirmed sent: send it (idempotent)
+    EXISTING = "EXISTING"  # recorded and sent earlier with the same payload: answer with the stored state
+    CONFLICT = "CONFLICT"  # the jobId exists with another payload or tenant
+
+
+@dataclass(frozen=True)
+class AcceptResult:
+    outcome: AcceptOutcome
+    item: Item = field(default_factory=dict)
+
+
+def to_item(raw: Mapping[str, Any]) -> Item:
+    """A DynamoDB wire item as plain Python (numbers as int where integral)."""
+    return {key: _plain(_deserializer.deserialize(value)) for key, value in raw.items()}
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+def _wire(values: Mapping[str, Any]) -> dict[str, Any]:
+    return {key: _serializer.serialize(value) for key, value in values.items()}
+
+
+def _condition_failed(error: ClientError) -> bool:
+    return error.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException"
+
+
+def _cancellation(error: ClientError) -> list[dict[str, Any]] | None:
+    if error.response.get("Error", {}).get("Code") != "TransactionCanceledException":
+        return None
+    return list(error.response.get("CancellationReasons", []))  # type: ignore[arg-type]
+
+
+def _reason_failed(reason: Mapping[str, Any]) -> bool:
+    return reason.get("Code") == "ConditionalCheckFailed"
+
+
+class JobGuard:
+    """Conditional writes of job and workspace state in one DynamoDB table keyed by `pk`."""
+
+    def __init__(
+        self,
+        client: DynamoDBClient,
+        table_name: str,
+        *,
+        max_attempts: int = 3,
+        ttl_days: int = 30,
+        clock: Clock = epoch_ms,
+    ) -> None:
+        self._client = client
+        self._table = table_name
+        self._max_attempts = max_attempts
+        self._ttl_seconds = ttl_days * 86_400
+        self._clock = clock
+
+    def now(self) -> int:
+        """The guard's clock (epoch ms), which lease expiries are measured against."""
+        return self._clock()
+
+    # ---- producer side -------------------------------------------------------------------------------------------
+
+    def record_accepted(self, message: JobMessage) -> AcceptResult:
+        """Record a job QUEUED before it is sent, unless its jobId is known: then say whether it is the same job."""
+        now = self._clock()
+        item = {
+            "pk": job_key(message.job_id),
+            "jobId": message.job_id,
+            "workspaceId": message.workspace_id,
+            "tenantId": message.tenant_id,
+            "type": str(message.type),
+            "payloadHash": message.payload_hash,
+            "status": str(JobStatus.QUEUED),
+            "attempt": 0,
+            "acceptedAt": now,
+            "updatedAt": now,
+            "ttl": self._ttl(now),
+            "history": [{"status": str(JobStatus.QUEUED), "at": now}],
+        }
+        try:
+            self._client.put_item(
+                TableName=self._table,
+                Item=_wire(item),
+                ConditionExpression="attribute_not_exists(pk)",
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            )
+        except ClientError as error:
+            if not _condition_failed(error):
+                raise
+            old = to_item(error.response.get("Item", {}))  # type: ignore[arg-type]
+            same_job = old.get("payloadHash") == message.payload_hash and old.get("tenantId") == message.tenant_id
+            if not same_job:
+                return AcceptResult(AcceptOutcome.CONFLICT, old)
+            return AcceptResult(AcceptOutcome.EXISTING if old.get("messageId") else AcceptOutcome.UNSENT, old)
+        return AcceptResult(AcceptOutcome.NEW, item)
+
+    def record_sent(self, job_id: str, message_id: str, sequence_number: str | None) -> None:
+        """Store the queue's message id and sequence number; never touches the status a worker may already own."""
+        values: dict[str, Any] = {":mid": message_id}
+        expression = "SET messageId = :mid"
+        if sequence_number:
+            values[":seq"] = sequence_number
+            expression += ", sequenceNumber = :seq"
+        self._client.update_item(
+            TableName=self._table,
+            Key=_wire({"pk": job_key(job_id)}),
+            UpdateExpression=expression,
+            ConditionExpression="attribute_exists(pk)",
+            ExpressionAttributeValues=_wire(values),
+        )
+
+    # ---- worker side ---------------------------------------------------------------------------------------------
+
+    def claim(
+        self, message: JobMessage, *, message_id: str, sequence_number: str | None, remaining_ms: int
+    ) -> ClaimResult:
+        """Claim a job for this invocation: one transaction of a conditional update of the job and a check that its
+        workspace is not halted. Succeeds iff the job is new, QUEUED, FAILED, or IN_FLIGHT with an expired lease,
+        has attempts left, and carries the payload it was accepted with.
+        """
+        now = self._clock()
+        owner = secrets.token_hex(16)
+        expires = now + max(remaining_ms, 0)
+        values = {
+            ":inflight": str(JobStatus.IN_FLIGHT),
+            ":queued": str(JobStatus.QUEUED),
+            ":failed": str(JobStatus.FAILED),
+            ":now": now,
+            ":max": self._max_attempts,
+            ":zero": 0,
+            ":one": 1,
+            ":owner": owner,
+            ":exp": expires,
+            ":jid": message.job_id,
+            ":wid": message.workspace_id,
+            ":tid": message.tenant_id,
+            ":type": str(message.type),
+            ":hash": message.payload_hash,
+            ":mid": message_id,
+            ":ttl": self._ttl(now),
+            ":empty": [],
+            ":entry": [{"status": str(JobStatus.IN_FLIGHT), "at": now, "messageId": message_id}],
+        }
+        set_clauses = [
+            "#status = :inflight",
+            "attempt = if_not_exists(attempt, :zero) + :one",
+            "leaseOwner = :owner",
+            "leaseExpiresAt = :exp",
+            "jobId = :jid",
+            "workspaceId = :wid",
+            "tenantId = :tid",
+            "#type = :type",
+            "payloadHash = :hash",
+            "messageId = :mid",
+            "acceptedAt = if_not_exists(acceptedAt, :now)",
+            "updatedAt = :now",
+            "#ttl = :ttl",
+            "history = list_append(if_not_exists(history, :empty), :entry)",
+        ]
+        if sequence_number:
+            values[":seq"] = sequence_number
+            set_clauses.append("sequenceNumber = :seq")
+        job_update: TransactWriteItemTypeDef = {
+            "Update": {
+                "TableName": self._table,
+                "Key": _wire({"pk": job_key(message.job_id)}),
+                "UpdateExpression": "SET " + ", ".join(set_clauses) + " REMOVE #error",
+                "ConditionExpression": (
+                    "(attribute_not_exists(pk) OR payloadHash = :hash)"
+                    " AND (attribute_not_exists(pk) OR #status IN (:queued, :failed)"
+                    " OR (#status = :inflight AND leaseExpiresAt < :now))"
+                    " AND (attribute_not_exists(attempt) OR attempt < :max)"
+                ),
+                "ExpressionAttributeNames": {"#status": "status", "#type": "type", "#ttl": "ttl", "#error": "error"},
+                "ExpressionAttributeValues": _wire(values),
+                "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+            }
+        }
+        try:
+            self._client.transact_write_items(
+                TransactItems=[job_update, self._workspace_active_check(message.workspace_id)]
+            )
+        except ClientError as error:
+            reasons = _cancellation(error)
+            if reasons is None:
+                raise
+            return self._explain_lost_claim(message, reasons, now)
+        lease = Lease(message.job_id, message.workspace_id, message.tenant_id, owner, expires)
+        return ClaimResult(ClaimOutcome.CLAIMED, lease=lease)
+
+    def _explain_lost_claim(self, message: JobMessage, reasons: list[dict[str, Any]], now: int) -> ClaimResult:
+        job_reason = reasons[0] if reasons else {}
+        ws_reason = reasons[1] if len(reasons) > 1 else {}
+        if not _reason_failed(job_reason):
+            if _reason_failed(ws_reason):
+                return ClaimResult(ClaimOutcome.WORKSPACE_HALTED, workspace=to_item(ws_reason.get("Item", {})))
+            return ClaimResult(ClaimOutcome.CONTENDED)
+        old = to_item(job_reason.get("Item", {}))
+        status = old.get("status")
+        if old.get("payloadHash") not in (None, message.payload_hash):
+            return ClaimResult(ClaimOutcome.CONFLICT, previous=old)
+        if status in (JobStatus.SUCCEEDED, JobStatus.SKIPPED):
+            return ClaimResult(ClaimOutcome.DUPLICATE, previous=old)
+        if status in (JobStatus.DEAD, JobStatus.REJECTED, JobStatus.PARKED):
+            return ClaimResult(ClaimOutcome.SETTLED, previous=old)
+        if status == JobStatus.IN_FLIGHT and int(old.get("leaseExpiresAt", 0)) >= now:
+            return ClaimResult(ClaimOutcome.BUSY, previous=old)
+        if int(old.get("attempt", 0)) < self._max_attempts:
+            return ClaimResult(ClaimOutcome.CONTENDED, previous=old)  # the item changed between write and check
+        # Attempts used up by workers that never came back (or max_attempts was lowered): dead, and halt.
+        if self._dead_and_halt(
+            old,
+            error=f"attempts exhausted ({old.get('attempt')} of {self._max_attempts}) without a recorded outcome",
+            expect_owner=old.get("leaseOwner"),
+            expect_status=str(status),
+        ):
+            return ClaimResult(ClaimOutcome.EXHAUSTED, previous=old)
+        return ClaimResult(ClaimOutcome.CONTENDED, previous=old)
+
+    def complete(self, lease: Lease, result: Mapping[str, Any]) -> bool:
+        """SUCCEEDED, conditional on still owning the lease. False means another worker took over: nothing written."""
+        now = self._clock()
+        try:
+            self._client.update_item(
+                TableName=self._table,
+                Key=_wire({"pk": job_key(lease.job_id)}),
+                UpdateExpression=(
+                    "SET #status = :succeeded, #result = :result, updatedAt = :now, finishedAt = :now,"
+                    " history = list_append(history, :entry)"
+                ),
+                ConditionExpression="leaseOwner = :owner AND #status = :inflight",
+                ExpressionAttributeNames={"#status": "status", "#result": "result"},
+                ExpressionAttributeValues=_wire(
+                    {
+                        ":succeeded": str(JobStatus.SUCCEEDED),
+                        ":inflight": str(JobStatus.IN_FLIGHT),
+                        ":result": dict(result),
+                        ":now": now,
+                        ":owner": lease.owner,
+                        ":entry": [{"status": str(JobStatus.SUCCEEDED), "at": now}],
+                    }
+                ),
+            )
+        except ClientError as error:
+            if _condition_failed(error):
+                return False
+            raise
+        return True
+
+    def fail(self, lease: Lease, error: str, *, permanent: bool = False) -> FailOutcome:
+        """Record a failed attempt. Retryable with attempts left → FAILED; otherwise DEAD + workspace HALTED."""
+        now = self._clock()
+        if not permanent:
+            try:
+                self._client.update_item(
+                    TableName=self._table,
+                    Key=_wire({"pk": job_key(lease.job_id)}),
+                    UpdateExpression=(
+                        "SET #status = :failed, #error = :error, updatedAt = :now,"
+                        " history = list_append(history, :entry)"
+                    ),
+                    ConditionExpression="leaseOwner = :owner AND #status = :inflight AND attempt < :max",
+                    ExpressionAttributeNames={"#status": "status", "#error": "error"},
+                    ExpressionAttributeValues=_wire(
+                        {
+                            ":failed": str(JobStatus.FAILED),
+                            ":inflight": str(JobStatus.IN_FLIGHT),
+                            ":error": error,
+                            ":now": now,
+                            ":owner": lease.owner,
+                            ":max": self._max_attempts,
+                            ":entry": [{"status": str(JobStatus.FAILED), "at": now, "error": error[:500]}],
+                        }
+                    ),
+                    ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                )
+            except ClientError as client_error:
+                if not _condition_failed(client_error):
+                    raise
+                old = to_item(client_error.response.get("Item", {}))  # type: ignore[arg-type]
+                if old.get("leaseOwner") != lease.owner or old.get("status") != JobStatus.IN_FLIGHT:
+                    return FailOutcome.LOST
+                error = f"{error} (attempt {old.get('attempt')} of {self._max_attempts})"
+            else:
+                return FailOutcome.RETRY
+        old_item = {"jobId": lease.job_id, "workspaceId": lease.workspace_id, "tenantId": lease.tenant_id}
+        if self._dead_and_halt(old_item, error=error, expect_owner=lease.owner, expect_status=str(JobStatus.IN_FLIGHT)):
+            return FailOutcome.DEAD
+        return FailOutcome.LOST
+
+    def park(
+        self,
+        message: JobMessage,
+        *,
+        message_id: str,
+        sequence_number: str | None,
+        body: str,
+        reason: str,
+        halt_workspace: bool = False,
+    ) -> bool:
+        """PARKED with its body and SequenceNumber, so a resume can run it in queue order later.
+
+        With `halt_workspace`, the workspace is halted in the same transaction (used when a message reaches its last
+        delivery: parking it instead of letting the queue dead-letter it keeps the group's order intact).
+        Returns False if the job is already settled (SUCCEEDED, DEAD, ...) or held by a live lease.
+        """
+        now = self._clock()
+        values: dict[str, Any] = {
+            ":parked": str(JobStatus.PARKED),
+            ":queued": str(JobStatus.QUEUED),
+            ":failed": str(JobStatus.FAILED),
+            ":inflight": str(JobStatus.IN_FLIGHT),
+            ":now": now,
+            ":jid": message.job_id,
+            ":wid": message.workspace_id,
+            ":tid": message.tenant_id,
+            ":type": str(message.type),
+            ":hash": message.payload_hash,
+            ":mid": message_id,
+            ":body": body[:MAX_STORED_BODY_CHARS],
+            ":reason": reason,
+            ":empty": [],
+            ":entry": [{"status": str(JobStatus.PARKED), "at": now, "reason": reason}],
+        }
+        set_clauses = [
+            "#status = :parked",
+            "jobId = :jid",
+            "workspaceId = :wid",
+            "tenantId = :tid",
+            "#type = :type",
+            "payloadHash = :hash",
+            "messageId = :mid",
+            "body = :body",
+            "parkedReason = :reason",
+            "acceptedAt = if_not_exists(acceptedAt, :now)",
+            "updatedAt = :now",
+            "history = list_append(if_not_exists(history, :empty), :entry)",
+        ]
+        if sequence_number:
+            values[":seq"] = sequence_number
+            set_clauses.append("sequenceNumber = :seq")
+        job_update: TransactWriteItemTypeDef = {
+            "Update": {
+                "TableName": self._table,
+                "Key": _wire({"pk": job_key(message.job_id)}),
+                # A parked job waits for an operator: TTL must not collect it (TTL is garbage collection only).
+                "UpdateExpression": "SET " + ", ".join(set_clauses) + " REMOVE #ttl",
+                "ConditionExpression": (
+                    "attribute_not_exists(pk) OR #status IN (:queued, :failed)"
+                    " OR (#status = :inflight AND leaseExpiresAt < :now)"
+                ),
+                "ExpressionAttributeNames": {"#status": "status", "#type": "type", "#ttl": "ttl"},
+                "ExpressionAttributeValues": _wire(values),
+            }
+        }
+        items = [job_update]
+        if halt_workspace:
+            items.append(self._halt_workspace(message.workspace_id, message.tenant_id, message.job_id, reason, now))
+        return self._transact(items)
+
+    def reject(
+        self,
+        *,
+        message_id: str,
+        job_id: str | None,
+        workspace_id: str,
+        tenant_id: str | None,
+        reason: str,
+        body: str,
+    ) -> bool:
+        """REJECTED (an unparseable or invalid message) and its workspace HALTED, in one transaction.
+
+        A message without a usable jobId is recorded under its message id. Returns False if the jobId belongs to a job
+        that already took effect (the bad message is then only acknowledged).
+        """
+        now = self._clock()
+        pk = job_key(job_id) if job_id else f"msg#{message_id}"
+        values = {
+            ":rejected": str(JobStatus.REJECTED),
+            ":queued": str(JobStatus.QUEUED),
+            ":failed": str(JobStatus.FAILED),
+            ":wid": workspace_id,
+            ":mid": message_id,
+            ":body": body[:MAX_STORED_BODY_CHARS],
+            ":reason": reason,
+            ":now": now,
+            ":empty": [],
+            ":entry": [{"status": str(JobStatus.REJECTED), "at": now, "reason": reason[:500]}],
+        }
+        set_clauses = [
+            "#status = :rejected",
+            "workspaceId = :wid",
+            "messageId = :mid",
+            "body = :body",
+            "#error = :reason",
+            "acceptedAt = if_not_exists(acceptedAt, :now)",
+            "updatedAt = :now",
+            "history = list_append(if_not_exists(history, :empty), :entry)",
+        ]
+        if job_id:
+            values[":jid"] = job_id
+            set_clauses.append("jobId = :jid")
+        if tenant_id:
+            values[":tid"] = tenant_id
+            set_clauses.append("tenantId = if_not_exists(tenantId, :tid)")
+        job_update: TransactWriteItemTypeDef = {
+            "Update": {
+                "TableName": self._table,
+                "Key": _wire({"pk": pk}),
+                "UpdateExpression": "SET " + ", ".join(set_clauses) + " REMOVE #ttl",
+                "ConditionExpression": "attribute_not_exists(pk) OR #status IN (:queued, :failed, :rejected)",
+                "ExpressionAttributeNames": {"#status": "status", "#error": "error", "#ttl": "ttl"},
+                "ExpressionAttributeValues": _wire(values),
+            }
+        }
+        return self._transact(
+            [job_update, self._halt_workspace(workspace_id, tenant_id, job_id or pk, f"rejected: {reason}", now)]
+        )
+
+    # ---- reads (status API) --------------------------------------------------------------------------------------
+
+    def get_job(self, job_id: str) -> Item | None:
+        response = self._client.get_item(TableName=self._table, Key=_wire({"pk": job_key(job_id)}), ConsistentRead=True)
+        raw = response.get("Item")
+        return to_item(raw) if raw else None
+
+    def get_workspace(self, workspace_id: str) -> Item | None:
+        response = self._client.get_item(
+            TableName=self._table, Key=_wire({"pk": workspace_key(workspace_id)}), ConsistentRead=True
+        )
+        raw = response.get("Item")
+        return to_item(raw) if raw else None
+
+    # ---- internals -----------------------------------------------------------------------------------------------
+
+    def _ttl(self, now_ms: int) -> int:
+        return now_ms // 1000 + self._ttl_seconds
+
+    def _workspace_active_check(self, workspace_id: str) -> TransactWriteItemTypeDef:
+        return {
+            "ConditionCheck": {
+                "TableName": self._table,
+                "Key": _wire({"pk": workspace_key(workspace_id)}),
+                "ConditionExpression": "attribute_not_exists(pk) OR #state = :active",
+                "ExpressionAttributeNames": {"#state": "state"},
+                "ExpressionAttributeValues": _wire({":active": str(WorkspaceState.ACTIVE)}),
+                "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+            }
+        }
+
+    def _halt_workspace(
+        self, workspace_id: str, tenant_id: str | None, job_id: str, reason: str, now: int
+    ) -> TransactWriteItemTypeDef:
+        # The first halt wins: a workspace already halted keeps the job and reason that halted it first.
+        values: dict[str, Any] = {
+            ":halted": str(WorkspaceState.HALTED),
+            ":wid": workspace_id,
+            ":jid": job_id,
+            ":reason": reason[:1000],
+            ":now": now,
+        }
+        set_clauses = [
+            "#state = :halted",
+            "workspaceId = :wid",
+            "haltingJobId = if_not_exists(haltingJobId, :jid)",
+            "haltReason = if_not_exists(haltReason, :reason)",
+            "haltedAt = if_not_exists(haltedAt, :now)",
+            "updatedAt = :now",
+        ]
+        if tenant_id:
+            values[":tid"] = tenant_id
+            set_clauses.append("tenantId = if_not_exists(tenantId, :tid)")
+        return {
+            "Update": {
+                "TableName": self._table,
+                "Key": _wire({"pk": workspace_key(workspace_id)}),
+                "UpdateExpression": "SET " + ", ".join(set_clauses),
+                "ExpressionAttributeNames": {"#state": "state"},
+                "ExpressionAttributeValues": _wire(values),
+            }
+        }
+
+    def _dead_and_halt(self, old: Item, *, error: str, expect_owner: Any, expect_status: str) -> bool:
+        now = self._clock()
+        job_id = str(old["jobId"])
+        values: dict[str, Any] = {
+            ":dead": str(JobStatus.DEAD),
+            ":status": expect_status,
+            ":error": error,
+            ":now": now,
+            ":entry": [{"status": str(JobStatus.DEAD), "at": now, "error": error[:500]}],
+            ":empty": [],
+        }
+        condition = "#status = :status"
+        if expect_owner is None:
+            condition += " AND attribute_not_exists(leaseOwner)"
+        else:
+            values[":owner"] = expect_owner
+            condition += " AND leaseOwner = :owner"
+        job_update: TransactWriteItemTypeDef = {
+            "Update": {
+                "TableName": self._table,
+                "Key": _wire({"pk": job_key(job_id)}),
+                # A DEAD job halts its workspace until an operator decides: TTL must not collect it.
+                "UpdateExpression": (
+                    "SET #status = :dead, #error = :error, updatedAt = :now, finishedAt = :now,"
+                    " history = list_append(if_not_exists(history, :empty), :entry) REMOVE #ttl"
+                ),
+                "ConditionExpression": condition,
+                "ExpressionAttributeNames": {"#status": "status", "#error": "error", "#ttl": "ttl"},
+                "ExpressionAttributeValues": _wire(values),
+            }
+        }
+        halt = self._halt_workspace(
+            str(old["workspaceId"]), old.get("tenantId"), job_id, f"job {job_id} is DEAD: {error}", now
+        )
+        return self._transact([job_update, halt])
+
+    def _transact(self, items: list[TransactWriteItemTypeDef]) -> bool:
+        try:
+            if len(items) == 1:
+                update = dict(items[0]["Update"])
+                self._client.update_item(**update)  # type: ignore[arg-type]
+            else:
+                self._client.transact_write_items(TransactItems=items)
+        except ClientError as error:
+            if _condition_failed(error):
+                return False
+            reasons = _cancellation(error)
+            if reasons is not None and any(_reason_failed(r) for r in reasons):
+                return False
+            raise
+        return True

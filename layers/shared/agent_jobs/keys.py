@@ -1,0 +1,34 @@
+"""Message and item keys. One place derives them, so the producer, the worker and the tools always agree."""
+
+from __future__ import annotations
+
+import hashlib
+
+WORKSPACE_GROUP_PREFIX = "ws#"
+MAX_GROUP_ID_LENGTH = 128
+
+
+def workspace_group_id(workspace_id: str) -> str:
+    """The SQS MessageGroupId of a workspace: every job of one workspace shares one FIFO group."""
+    group_id = f"{WORKSPACE_GROUP_PREFIX}{workspace_id}"
+    if len(group_id) > MAX_GROUP_ID_LENGTH:
+        raise ValueError(f"workspaceId is too long for an SQS message group id ({len(group_id)} > 128 characters)")
+    return group_id
+
+
+def workspace_id_from_group(group_id: str) -> str:
+    """Inverse of `workspace_group_id`; a group that does not follow the scheme is its own workspace id."""
+    return group_id.removeprefix(WORKSPACE_GROUP_PREFIX)
+
+
+def deduplication_id(job_id: str, job_type: str) -> str:
+    """sha256(`<jobId>:<type>`) hex: 64 characters, within SQS's 128-character limit."""
+    return hashlib.sha256(f"{job_id}:{job_type}".encode()).hexdigest()
+
+
+def job_key(job_id: str) -> str:
+    return f"job#{job_id}"
+
+
+def workspace_key(workspace_id: str) -> str:
+    return f"ws#{workspace_id}"

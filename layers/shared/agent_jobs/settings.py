@@ -1,0 +1,28 @@
+"""Settings, read from the environment once per process by whoever needs them (never at import time)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """Every knob of the functions. Names are the environment variables set by template.yaml."""
+
+    model_config = SettingsConfigDict(frozen=True, extra="ignore")
+
+    table_name: str = Field(description="DynamoDB table for job and workspace state.")
+    queue_url: str = Field(description="The FIFO jobs queue.")
+    max_attempts: Annotated[int, Field(ge=1, le=10)] = 3
+    # The queue's redrive maxReceiveCount: on the last delivery the worker parks instead of letting SQS dead-letter.
+    max_receive_count: Annotated[int, Field(ge=2)] = 10
+    max_payload_bytes: Annotated[int, Field(ge=1024)] = 256 * 1024
+    job_ttl_days: Annotated[int, Field(ge=1)] = 30
+    time_safety_margin_ms: Annotated[int, Field(ge=0)] = 10_000
+    backoff_base_seconds: Annotated[int, Field(ge=0)] = 2
+    backoff_max_seconds: Annotated[int, Field(ge=0, le=43_200)] = 300
+    # Until the API has an authorizer, every caller is this tenant (see agent_jobs.tenancy).
+    open_access_tenant: str = "default"
+    workspaces_root: str = "/tmp/agent-jobs/workspaces"
