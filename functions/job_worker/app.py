@@ -1,0 +1,40 @@
+"""Worker function: consumes the FIFO jobs queue and reports partial batch failures."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from agent_jobs.services import build_services
+from jobs.workspace import LocalWorkspaceStore
+from processing import BatchWorker
+
+logger = Logger()
+tracer = Tracer()
+metrics = Metrics()
+
+_worker: BatchWorker | None = None
+
+
+def worker() -> BatchWorker:
+    """Built on the first invocation and reused while the execution environment is warm."""
+    global _worker  # noqa: PLW0603
+    if _worker is None:
+        services = build_services()
+        _worker = BatchWorker(
+            services=services,
+            workspaces=LocalWorkspaceStore(services.settings.workspaces_root),
+            logger=logger,
+            metrics=metrics,
+        )
+    return _worker
+
+
+@logger.inject_lambda_context
+@tracer.capture_lambda_handler(capture_response=False)
+@metrics.log_metrics
+def lambda_handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
+    return worker().handle(event, context)

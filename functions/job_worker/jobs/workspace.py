@@ -1,0 +1,145 @@
+"""Workspaces as the job handlers see them: a branch whose history records which job made each commit.
+
+`LocalWorkspaceStore` keeps each workspace as a folder holding an append-only commit ledger. It gives the handlers
+the two properties the exactly-once promise rests on: a commit carries the jobId that made it (the
+`Agent-Job-Id` trailer), and the branch moves only by compare-and-swap on its expected head, so a stale worker
+cannot move it. The folder can be local (/tmp, tests, the local runtime) or a shared file system (EFS).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from agent_jobs.models import ID_PATTERN
+
+ROOT_HEAD = "0" * 40
+JOB_TRAILER = "Agent-Job-Id"
+
+
+class HeadMovedError(Exception):
+    """The branch is no longer at the head the caller expected (compare-and-swap lost)."""
+
+
+@dataclass(frozen=True)
+class Commit:
+    sha: str
+    parent: str
+    job_id: str
+    message: str
+    patch: str
+
+    @property
+    def trailer(self) -> str:
+        return f"{JOB_TRAILER}: {self.job_id}"
+
+
+class Workspace(Protocol):
+    workspace_id: str
+
+    def head(self) -> str: ...
+    def history(self) -> list[Commit]: ...
+    def find_commit(self, job_id: str) -> Commit | None: ...
+    def commit(self, *, job_id: str, message: str, patch: str, expected_head: str) -> Commit: ...
+    def stored_test_result(self, job_id: str, head: str) -> dict[str, Any] | None: ...
+    def store_test_result(self, job_id: str, head: str, result: dict[str, Any]) -> None: ...
+    def find_open_pull_request(self, head_branch: str) -> dict[str, Any] | None: ...
+    def open_pull_request(self, head_branch: str, title: str, body: str) -> dict[str, Any]: ...
+
+
+class WorkspaceStore(Protocol):
+    def open(self, workspace_id: str) -> Workspace: ...
+
+
+class LocalWorkspaceStore:
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+
+    def open(self, workspace_id: str) -> LocalWorkspace:
+        return LocalWorkspace(self.root, workspace_id)
+
+
+class LocalWorkspace:
+    """A workspace folder: `commits.jsonl` (the branch, oldest first), `tests/`, `pulls.json`, guarded by a lock."""
+
+    def __init__(self, root: Path, workspace_id: str) -> None:
+        if not re.match(ID_PATTERN, workspace_id):
+            raise ValueError(f"not a workspace id: {workspace_id!r}")
+        self.workspace_id = workspace_id
+        self.path = root / workspace_id
+        self.path.mkdir(parents=True, exist_ok=True)
+        self._ledger = self.path / "commits.jsonl"
+        self._pulls = self.path / "pulls.json"
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        with (self.path / ".lock").open("a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def history(self) -> list[Commit]:
+        if not self._ledger.exists():
+            return []
+        with self._ledger.open() as ledger:
+            return [Commit(**json.loads(line)) for line in ledger if line.strip()]
+
+    def head(self) -> str:
+        commits = self.history()
+        return commits[-1].sha if commits else ROOT_HEAD
+
+    def find_commit(self, job_id: str) -> Commit | None:
+        return next((c for c in self.history() if c.job_id == job_id), None)
+
+    def commit(self, *, job_id: str, message: str, patch: str, expected_head: str) -> Commit:
+        with self._locked():
+            head = self.head()
+            if head != expected_head:
+                raise HeadMovedError(f"branch of {self.workspace_id} is at {head[:12]}, expected {expected_head[:12]}")
+            full_message = f"{message}\n\n{JOB_TRAILER}: {job_id}\n"
+            sha = hashlib.sha1(f"{head}\n{full_message}\n{patch}".encode(), usedforsecurity=False).hexdigest()
+            commit = Commit(sha=sha, parent=head, job_id=job_id, message=full_message, patch=patch)
+            with self._ledger.open("a") as ledger:
+                ledger.write(json.dumps(asdict(commit)) + "\n")
+                ledger.flush()
+                os.fsync(ledger.fileno())
+            return commit
+
+    def stored_test_result(self, job_id: str, head: str) -> dict[str, Any] | None:
+        path = self.path / "tests" / f"{job_id}-{head}.json"
+        return dict(json.loads(path.read_text())) if path.exists() else None
+
+    def store_test_result(self, job_id: str, head: str, result: dict[str, Any]) -> None:
+        folder = self.path / "tests"
+        folder.mkdir(exist_ok=True)
+        tmp = folder / f".{job_id}-{head}.tmp"
+        tmp.write_text(json.dumps(result))
+        tmp.replace(folder / f"{job_id}-{head}.json")
+
+    def _read_pulls(self) -> list[dict[str, Any]]:
+        return list(json.loads(self._pulls.read_text())) if self._pulls.exists() else []
+
+    def find_open_pull_request(self, head_branch: str) -> dict[str, Any] | None:
+        return next((p for p in self._read_pulls() if p["head"] == head_branch and p["state"] == "open"), None)
+
+    def open_pull_request(self, head_branch: str, title: str, body: str) -> dict[str, Any]:
+        with self._locked():
+            pulls = self._read_pulls()
+            existing = next((p for p in pulls if p["head"] == head_branch and p["state"] == "open"), None)
+            if existing:
+                return existing
+            pull = {"number": len(pulls) + 1, "head": head_branch, "title": title, "body": body, "state": "open"}
+            pull["url"] = f"local://{self.workspace_id}/pulls/{pull['number']}"
+            pulls.append(pull)
+            self._pulls.write_text(json.dumps(pulls))
+            return pull

@@ -1,0 +1,287 @@
+"""The worker's batch logic: FIFO partial-batch semantics per workspace group, on top of the guard.
+
+Per record, in order, per message group: parse and validate (bad → REJECTED + workspace halted, acknowledged);
+claim (one conditional write that also checks the workspace is not halted; halted → PARKED, acknowledged); run the
+job; complete. A retryable failure stops the rest of its group (Powertools' SqsFifoPartialProcessor with
+skip_group_on_error) while other groups go on; the failed record and the rest of its group get a shortened
+visibility (backoff) and are reported in batchItemFailures. Nothing is raised out of the handler for one record.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.batch import SqsFifoPartialProcessor, process_partial_response
+from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
+from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+from pydantic import ValidationError
+
+from agent_jobs.guard import ClaimOutcome, FailOutcome
+from agent_jobs.keys import workspace_id_from_group
+from agent_jobs.models import ID_PATTERN, JobMessage, payload_hash
+from agent_jobs.services import Services
+from jobs import run_job
+from jobs.context import JobContext
+from jobs.errors import PermanentJobError
+from jobs.workspace import WorkspaceStore
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.typing import LambdaContext
+    from mypy_boto3_sqs.type_defs import ChangeMessageVisibilityBatchRequestEntryTypeDef
+
+
+class RetryLaterError(Exception):
+    """The record must come back: report it (and the rest of its group) in batchItemFailures."""
+
+    def __init__(self, reason: str, delay_seconds: int) -> None:
+        super().__init__(reason)
+        self.delay_seconds = delay_seconds
+
+
+@dataclass
+class BatchWorker:
+    """One per process; `handle` runs one SQS batch."""
+
+    services: Services
+    workspaces: WorkspaceStore
+    logger: Logger
+    metrics: Metrics
+    jitter: Callable[[float], float] = field(default=lambda bound: random.uniform(bound / 2, bound))
+
+    def handle(self, event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
+        if not event.get("Records"):
+            return {"batchItemFailures": []}
+        delays: dict[str, int] = {}
+        processor = SqsFifoPartialProcessor(skip_group_on_error=True)
+        # A batch whose every record must come back is still a normal answer (the records are listed, their
+        # visibility shortened); raising would skip the backoff and make Lambda retry the batch blindly.
+        processor.raise_on_entire_batch_failure = False
+
+        def record_handler(record: SQSRecord, lambda_context: LambdaContext) -> None:
+            try:
+                self.process_record(record, lambda_context)
+            except RetryLaterError as retry:
+                delays[record.message_id] = retry.delay_seconds
+                raise
+
+        response = process_partial_response(
+            event=event, record_handler=record_handler, processor=processor, context=context
+        )
+        failures = {str(failure["itemIdentifier"]) for failure in response["batchItemFailures"]}
+        if not failures:
+            return {"batchItemFailures": []}
+        records = [SQSRecord(raw) for raw in event.get("Records", [])]
+        failures -= self._park_last_deliveries(records, failures)
+        self._back_off(records, failures, delays)
+        return {"batchItemFailures": [{"itemIdentifier": r.message_id} for r in records if r.message_id in failures]}
+
+    # ---- one record ----------------------------------------------------------------------------------------------
+
+    def process_record(self, record: SQSRecord, context: LambdaContext) -> None:
+        settings = self.services.settings
+        if context.get_remaining_time_in_millis() < settings.time_safety_margin_ms:
+            raise RetryLaterError("not enough time left in this invocation to start a job", 0)
+        message = self._parse_or_reject(record)
+        if message is None:
+            return
+        with self.logger.append_context_keys(
+            jobId=message.job_id, workspaceId=message.workspace_id, tenantId=message.tenant_id, type=str(message.type)
+        ):
+            self._claim_and_run(record, message, context)
+
+    def _claim_and_run(self, record: SQSRecord, message: JobMessage, context: LambdaContext) -> None:
+        guard = self.services.guard
+        claim = guard.claim(
+            message,
+            message_id=record.message_id,
+            sequence_number=record.attributes.sequence_number,
+            remaining_ms=context.get_remaining_time_in_millis(),
+        )
+        outcome = claim.outcome
+        if outcome is ClaimOutcome.DUPLICATE:
+            self.logger.info("duplicate delivery of a job that already took effect: acknowledged")
+            self._count("JobsDuplicate")
+            return
+        if outcome is ClaimOutcome.BUSY:
+            lease_left_ms = int((claim.previous or {}).get("leaseExpiresAt", 0)) - guard.now()
+            self.logger.info("job is leased by another worker: retry after its lease")
+            raise RetryLaterError("leased by another worker", max(1, lease_left_ms // 1000 + 1))
+        if outcome is ClaimOutcome.WORKSPACE_HALTED:
+            self._park(record, message, reason="workspace halted")
+            return
+        if outcome in (ClaimOutcome.SETTLED, ClaimOutcome.CONFLICT, ClaimOutcome.EXHAUSTED):
+            previous_status = (claim.previous or {}).get("status")
+            self.logger.warning(f"job not run: {outcome}", extra={"previousStatus": previous_status})
+            self._count({"EXHAUSTED": "JobsDead", "CONFLICT": "JobsConflict"}.get(outcome, "JobsSettled"))
+            return
+        if outcome is ClaimOutcome.CONTENDED or claim.lease is None:
+            raise RetryLaterError("claim contended", 1)
+
+        lease = claim.lease
+        started = time.monotonic()
+        try:
+            result = run_job(
+                message.request(),
+                JobContext(
+                    workspace=self.workspaces.open(message.workspace_id),
+                    remaining_ms=context.get_remaining_time_in_millis,
+                ),
+            )
+        except PermanentJobError as error:
+            guard.fail(lease, str(error), permanent=True)
+            self.logger.error("job failed permanently: DEAD, workspace halted", extra={"error": str(error)})
+            self._count("JobsDead")
+            return
+        except Exception as error:
+            self.logger.warning("job failed, will retry", extra={"error": repr(error)})
+            self._count("JobsFailed")
+            failed = guard.fail(lease, f"{type(error).__name__}: {error}")
+            if failed is FailOutcome.DEAD:
+                self.logger.error("attempts exhausted: DEAD, workspace halted")
+                self._count("JobsDead")
+                return
+            raise RetryLaterError(str(error), self._backoff_seconds(record)) from error
+        if not guard.complete(lease, result):
+            # Another worker took the job over after our lease expired; its outcome stands, not ours.
+            self.logger.info("lease lost before completion; leaving the job to its new owner")
+            raise RetryLaterError("lease lost", 1)
+        self._count("JobsSucceeded")
+        self.metrics.add_metric(
+            name="JobDuration", unit=MetricUnit.Milliseconds, value=(time.monotonic() - started) * 1000
+        )
+
+    def _parse_or_reject(self, record: SQSRecord) -> JobMessage | None:
+        group_workspace = workspace_id_from_group(record.attributes.message_group_id or "")
+        try:
+            message = JobMessage.model_validate_json(record.body)
+            request = message.request()
+            problems = []
+            if message.workspace_id != group_workspace:
+                problems.append(f"workspaceId {message.workspace_id!r} is not the message group's {group_workspace!r}")
+            if payload_hash(request) != message.payload_hash:
+                problems.append("payloadHash does not match the payload")
+            if problems:
+                raise ValueError("; ".join(problems))
+        except (ValidationError, ValueError) as error:
+            reason = _describe(error)
+            job_id = _job_id_if_any(record.body)
+            attributes = record.message_attributes
+            tenant = attributes["tenantId"] if "tenantId" in attributes else None
+            self.services.guard.reject(
+                message_id=record.message_id,
+                job_id=job_id,
+                workspace_id=group_workspace,
+                tenant_id=tenant.string_value if tenant else None,
+                reason=reason,
+                body=record.body,
+            )
+            self.logger.error(
+                "message rejected: workspace halted",
+                extra={
+                    "reason": reason,
+                    "jobId": job_id,
+                    "workspaceId": group_workspace,
+                    "messageId": record.message_id,
+                },
+            )
+            self._count("JobsRejected")
+            return None
+        return message
+
+    def _park(self, record: SQSRecord, message: JobMessage, *, reason: str, halt: bool = False) -> bool:
+        parked = self.services.guard.park(
+            message,
+            message_id=record.message_id,
+            sequence_number=record.attributes.sequence_number,
+            body=record.body,
+            reason=reason,
+            halt_workspace=halt,
+        )
+        if parked:
+            self.logger.warning(f"job parked: {reason}")
+            self._count("JobsParked")
+        return parked
+
+    # ---- after the batch -----------------------------------------------------------------------------------------
+
+    def _park_last_deliveries(self, records: list[SQSRecord], failures: set[str]) -> set[str]:
+        """A failed record on its last delivery would be dead-lettered by the queue, and the queue would then hand out
+        the next job of its workspace as if nothing was missing. Park it and halt its workspace instead."""
+        limit = self.services.settings.max_receive_count
+        parked: set[str] = set()
+        for record in records:
+            if record.message_id not in failures or int(record.attributes.approximate_receive_count) < limit:
+                continue
+            message = self._parse_or_reject(record)
+            if message is None:
+                parked.add(record.message_id)  # rejected and halted: acknowledged
+                continue
+            with self.logger.append_context_keys(jobId=message.job_id, workspaceId=message.workspace_id):
+                reason = f"delivery limit reached ({limit} receives) before the job could finish"
+                if self._park(record, message, reason=reason, halt=True):
+                    parked.add(record.message_id)
+        return parked
+
+    def _back_off(self, records: list[SQSRecord], failures: set[str], delays: dict[str, int]) -> None:
+        """Shorten the visibility of failed records and of the rest of their group (else they wait 6x Timeout)."""
+        group_delay: dict[str, int] = {}
+        entries: list[ChangeMessageVisibilityBatchRequestEntryTypeDef] = []
+        for record in records:
+            if record.message_id not in failures:
+                continue
+            group = record.attributes.message_group_id or ""
+            delay = delays.get(record.message_id, group_delay.get(group, self._backoff_seconds(record)))
+            group_delay.setdefault(group, delay)
+            entries.append(
+                {
+                    "Id": str(len(entries)),
+                    "ReceiptHandle": record.receipt_handle,
+                    "VisibilityTimeout": group_delay[group],
+                }
+            )
+        if not entries:
+            return
+        try:
+            response = self.services.sqs.change_message_visibility_batch(
+                QueueUrl=self.services.settings.queue_url,
+                Entries=entries,
+            )
+        except Exception as error:  # backoff is an optimisation: the queue's visibility timeout still applies
+            self.logger.warning("could not shorten visibility of failed records", extra={"error": repr(error)})
+            return
+        if response.get("Failed"):
+            self.logger.warning("some visibility changes failed", extra={"failed": response["Failed"]})
+
+    def _backoff_seconds(self, record: SQSRecord) -> int:
+        settings = self.services.settings
+        receives = max(1, int(record.attributes.approximate_receive_count))
+        bound = min(settings.backoff_max_seconds, settings.backoff_base_seconds * 2 ** (receives - 1))
+        return round(self.jitter(bound))
+
+    def _count(self, name: str) -> None:
+        self.metrics.add_metric(name=name, unit=MetricUnit.Count, value=1)
+
+
+def _describe(error: Exception) -> str:
+    if isinstance(error, ValidationError):
+        parts = [f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in error.errors()[:5]]
+        return "invalid job message: " + "; ".join(parts)
+    return f"invalid job message: {error}"
+
+
+def _job_id_if_any(body: str) -> str | None:
+    try:
+        job_id = json.loads(body).get("jobId")
+    except (ValueError, AttributeError):
+        return None
+    if isinstance(job_id, str) and len(job_id) <= 64 and re.match(ID_PATTERN, job_id):
+        return job_id
+    return None
