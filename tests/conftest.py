@@ -1,0 +1,352 @@
+"""Shared fixtures: AWS resources created from template.yaml in moto (in-process, or moto's server over HTTP),
+the settings and services the functions would build from their environment, and Lambda-shaped SQS events."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from agent_jobs.guard import JobGuard, to_item
+from agent_jobs.models import JobMessage, job_message, job_request_adapter
+from agent_jobs.services import Services, build_services
+from agent_jobs.settings import Settings
+from agent_jobs_local.event_source import LambdaContextStub, receive_event, settle
+from agent_jobs_local.template import load_template, provision
+
+REPO = Path(__file__).resolve().parent.parent
+REGION = "us-east-1"
+
+
+@pytest.fixture(autouse=True)
+def aws_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fake credentials and a fixed region; no profile or endpoint leaks in from the developer's shell."""
+    for name in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
+    monkeypatch.setenv("POWERTOOLS_METRICS_NAMESPACE", "AgentJobsTest")
+    monkeypatch.setenv("POWERTOOLS_SERVICE_NAME", "agent-jobs")
+    monkeypatch.setenv("POWERTOOLS_TRACE_DISABLED", "true")
+    monkeypatch.setenv("POWERTOOLS_DEV", "false")
+
+
+@dataclass
+class Stack:
+    """The deployed resources as a test sees them, plus the services a function would build."""
+
+    kind: str
+    session: boto3.Session
+    queue_url: str
+    queue_arn: str
+    dlq_url: str
+    table_name: str
+    settings: Settings
+    services: Services
+    template: dict[str, Any]
+
+    @property
+    def guard(self) -> JobGuard:
+        return self.services.guard
+
+    def env(self) -> dict[str, str]:
+        """The environment the functions get from template.yaml, pointed at these resources."""
+        return {
+            "TABLE_NAME": self.table_name,
+            "QUEUE_URL": self.queue_url,
+            "MAX_ATTEMPTS": str(self.settings.max_attempts),
+            "MAX_RECEIVE_COUNT": str(self.settings.max_receive_count),
+        }
+
+    def receive(self, batch_size: int = 10) -> dict[str, Any]:
+        return receive_event(
+            self.services.sqs, self.queue_url, queue_arn=self.queue_arn, region=REGION, batch_size=batch_size
+        )
+
+    def settle(self, event: dict[str, Any], response: Any) -> list[str]:
+        return settle(self.services.sqs, self.queue_url, event, response)
+
+    def queue_depth(self, url: str | None = None) -> int:
+        attributes = self.services.sqs.get_queue_attributes(
+            QueueUrl=url or self.queue_url,
+            AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+        )["Attributes"]
+        return int(attributes["ApproximateNumberOfMessages"]) + int(attributes["ApproximateNumberOfMessagesNotVisible"])
+
+    def item(self, pk: str) -> dict[str, Any] | None:
+        raw = self.services.dynamodb.get_item(TableName=self.table_name, Key={"pk": {"S": pk}}).get("Item")
+        return to_item(raw) if raw else None
+
+    def job(self, job_id: str) -> dict[str, Any] | None:
+        return self.guard.get_job(job_id)
+
+    def workspace(self, workspace_id: str) -> dict[str, Any] | None:
+        return self.guard.get_workspace(workspace_id)
+
+
+def _make_stack(kind: str, session: boto3.Session, **settings_overrides: Any) -> Stack:
+    template = load_template()
+    resources = provision(session, template, stack_name=f"aj-{uuid.uuid4().hex[:8]}")
+    settings = Settings(
+        table_name=resources.table_name,
+        queue_url=resources.queue_url,
+        **{"time_safety_margin_ms": 2_000, "backoff_base_seconds": 0, **settings_overrides},
+    )
+    return Stack(
+        kind=kind,
+        session=session,
+        queue_url=resources.queue_url,
+        queue_arn=resources.queue_arn,
+        dlq_url=resources.dlq_url,
+        table_name=resources.table_name,
+        settings=settings,
+        services=build_services(settings, session),
+        template=template,
+    )
+
+
+@pytest.fixture
+def stack() -> Iterator[Stack]:
+    """Queue, DLQ and table from template.yaml in moto, in this process."""
+    with mock_aws():
+        yield _make_stack("in-process", boto3.Session(region_name=REGION))
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def moto_server() -> Iterator[str]:
+    """moto's server in its own process: every call crosses a real HTTP connection."""
+    port = _free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            urllib.request.urlopen(f"{url}/moto-api/data.json", timeout=1)
+            break
+        except OSError:
+            if time.monotonic() > deadline or process.poll() is not None:
+                process.kill()
+                raise RuntimeError("moto server did not start") from None
+            time.sleep(0.1)
+    yield url
+    process.terminate()
+    process.wait(timeout=10)
+
+
+@pytest.fixture
+def server_stack(moto_server: str, monkeypatch: pytest.MonkeyPatch) -> Stack:
+    """Resources from template.yaml in moto's server (a fresh, uniquely named set per test)."""
+    monkeypatch.setenv("AWS_ENDPOINT_URL", moto_server)
+    return _make_stack("moto-server", boto3.Session(region_name=REGION))
+
+
+@pytest.fixture(params=["in-process", "moto-server"])
+def any_stack(request: pytest.FixtureRequest) -> Stack:
+    """Runs a test against both: moto in-process and moto's server over HTTP."""
+    name = "stack" if request.param == "in-process" else "server_stack"
+    return request.getfixturevalue(name)  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def lambda_context() -> Callable[..., LambdaContextStub]:
+    def make(timeout_seconds: float = 120) -> LambdaContextStub:
+        return LambdaContextStub(timeout_seconds=timeout_seconds)
+
+    return make
+
+
+def make_job(
+    job_id: str | None = None,
+    workspace_id: str = "ws-a",
+    job_type: str = "apply_patch",
+    payload: dict[str, Any] | None = None,
+) -> Any:
+    """A validated job request; apply_patch gets a small valid diff unless a payload is given."""
+    if not payload:
+        payload = {
+            "apply_patch": {
+                "patch": f"--- a/f.txt\n+++ b/f.txt\n@@ -0,0 +1 @@\n+{job_id}\n",
+                "commitMessage": f"change for {job_id}",
+            },
+            "run_tests": {"suite": "unit"},
+            "open_pr": {"title": "agent changes"},
+        }[job_type]
+    return job_request_adapter.validate_python(
+        {"jobId": job_id or uuid.uuid4().hex, "workspaceId": workspace_id, "type": job_type, "payload": payload}
+    )
+
+
+def make_message(
+    job_id: str | None = None, workspace_id: str = "ws-a", tenant_id: str = "tenant-1", **kw: Any
+) -> JobMessage:
+    return job_message(make_job(job_id, workspace_id, **kw), tenant_id)
+
+
+@pytest.fixture
+def sqs_fifo_record() -> Callable[..., dict[str, Any]]:
+    """Factory of Lambda SQS FIFO records, for tests that need a record the queue would not produce."""
+    counter = iter(range(1, 1_000_000))
+
+    def make(
+        group: str,
+        body: str | dict[str, Any],
+        *,
+        message_id: str | None = None,
+        receive_count: int = 1,
+        sequence_number: str | None = None,
+        tenant_id: str | None = "tenant-1",
+    ) -> dict[str, Any]:
+        n = next(counter)
+        attributes = {
+            "ApproximateReceiveCount": str(receive_count),
+            "SentTimestamp": str(int(time.time() * 1000)),
+            "SequenceNumber": sequence_number or f"{18_000_000_000_000_000_000 + n}",
+            "MessageGroupId": group,
+            "SenderId": "AIDAEXAMPLE",
+            "MessageDeduplicationId": uuid.uuid4().hex,
+            "ApproximateFirstReceiveTimestamp": str(int(time.time() * 1000)),
+        }
+        return {
+            "messageId": message_id or str(uuid.uuid4()),
+            "receiptHandle": f"receipt-{n}",
+            "body": body if isinstance(body, str) else json.dumps(body),
+            "attributes": attributes,
+            "messageAttributes": (
+                {
+                    "tenantId": {
+                        "stringValue": tenant_id,
+                        "stringListValues": [],
+                        "binaryListValues": [],
+                        "dataType": "String",
+                    }
+                }
+                if tenant_id
+                else {}
+            ),
+            "md5OfBody": "",
+            "eventSource": "aws:sqs",
+            "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:agent-jobs-jobs.fifo",
+            "awsRegion": REGION,
+        }
+
+    return make
+
+
+os.environ.setdefault("SAM_CLI_TELEMETRY", "0")
+
+
+# ---- the worker ------------------------------------------------------------------------------------------------
+
+
+class Hooks:
+    """Fault injection at the workspace: callables run before a job's commit, keyed by jobId."""
+
+    def __init__(self) -> None:
+        self.before_commit: dict[str, Callable[[], None]] = {}
+
+
+class HookedWorkspaceStore:
+    """A LocalWorkspaceStore whose commits can be intercepted, to stall, fail or race a job at its side effect."""
+
+    def __init__(self, root: Path, hooks: Hooks) -> None:
+        from jobs.workspace import LocalWorkspaceStore
+
+        self.inner = LocalWorkspaceStore(root)
+        self.hooks = hooks
+
+    def open(self, workspace_id: str) -> Any:
+        workspace = self.inner.open(workspace_id)
+        original_commit = workspace.commit
+        hooks = self.hooks
+
+        def commit(*, job_id: str, message: str, patch: str, expected_head: str | None) -> Any:
+            hook = hooks.before_commit.get(job_id)
+            if hook is not None:
+                hook()
+            if expected_head is None:  # the naive pattern: apply onto whatever the branch is at, no compare-and-swap
+                expected_head = workspace.head()
+            return original_commit(job_id=job_id, message=message, patch=patch, expected_head=expected_head)
+
+        workspace.commit = commit  # type: ignore[method-assign]
+        return workspace
+
+    def commits(self, workspace_id: str) -> list[str]:
+        """The branch as the jobIds of its commits, oldest first."""
+        return [c.job_id for c in self.inner.open(workspace_id).history()]
+
+
+@pytest.fixture
+def hooks() -> Hooks:
+    return Hooks()
+
+
+@pytest.fixture
+def workspaces(tmp_path: Path, hooks: Hooks) -> HookedWorkspaceStore:
+    return HookedWorkspaceStore(tmp_path / "workspaces", hooks)
+
+
+@pytest.fixture
+def make_worker(workspaces: HookedWorkspaceStore) -> Callable[..., Any]:
+    """A BatchWorker on a stack's services (optionally with another guard, e.g. one with a controlled clock)."""
+    from dataclasses import replace
+
+    from aws_lambda_powertools import Logger, Metrics
+
+    from processing import BatchWorker
+
+    def make(stack: Stack, guard: JobGuard | None = None) -> BatchWorker:
+        services = stack.services if guard is None else replace(stack.services, guard=guard)
+        return BatchWorker(
+            services=services,
+            workspaces=workspaces,
+            logger=Logger(service="agent-jobs-test"),
+            metrics=Metrics(namespace="AgentJobsTest"),
+        )
+
+    return make
+
+
+class ManualClock:
+    """Epoch milliseconds that only move when a test says so."""
+
+    def __init__(self) -> None:
+        self.now = int(time.time() * 1000)
+
+    def __call__(self) -> int:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += int(seconds * 1000)
+
+
+def enqueue(stack: Stack, *jobs: Any, tenant_id: str = "tenant-1") -> list[Any]:
+    from agent_jobs.producer import enqueue_job
+
+    return [
+        enqueue_job(job, tenant_id, guard=stack.guard, sqs=stack.services.sqs, queue_url=stack.queue_url)
+        for job in jobs
+    ]

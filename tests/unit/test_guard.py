@@ -1,0 +1,169 @@
+"""The guard's transitions, one by one, on moto in-process (the table created from template.yaml)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from agent_jobs.guard import AcceptOutcome, ClaimOutcome, FailOutcome, JobGuard
+from agent_jobs.models import JobStatus, WorkspaceState
+from tests.conftest import ManualClock, Stack, make_message
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+def guard(stack: Stack, clock: ManualClock) -> JobGuard:
+    return JobGuard(stack.services.dynamodb, stack.table_name, max_attempts=3, clock=clock)
+
+
+def claim(guard: JobGuard, message: Any, remaining_ms: int = 60_000) -> Any:
+    return guard.claim(message, message_id="m-1", sequence_number="100", remaining_ms=remaining_ms)
+
+
+def test_claim_new_job_sets_in_flight_with_lease_and_attempt(guard: JobGuard, stack: Stack, clock: ManualClock):
+    result = claim(guard, make_message("j1"))
+    assert result.outcome is ClaimOutcome.CLAIMED
+    assert result.lease is not None
+    assert result.lease.expires_at_ms == clock.now + 60_000
+    job = stack.job("j1")
+    assert job["status"] == JobStatus.IN_FLIGHT
+    assert job["attempt"] == 1
+    assert job["leaseOwner"] == result.lease.owner
+    assert job["sequenceNumber"] == "100"
+    assert [h["status"] for h in job["history"]] == ["IN_FLIGHT"]
+
+
+def test_claim_accepted_job_keeps_acceptance_time(guard: JobGuard, stack: Stack, clock: ManualClock):
+    message = make_message("j1")
+    assert guard.record_accepted(message).outcome is AcceptOutcome.NEW
+    accepted_at = stack.job("j1")["acceptedAt"]
+    clock.advance(5)
+    assert claim(guard, message).claimed
+    job = stack.job("j1")
+    assert job["acceptedAt"] == accepted_at
+    assert [h["status"] for h in job["history"]] == ["QUEUED", "IN_FLIGHT"]
+
+
+def test_claim_while_leased_is_busy_and_changes_nothing(guard: JobGuard, stack: Stack, clock: ManualClock):
+    message = make_message("j1")
+    first = claim(guard, message)
+    clock.advance(59)
+    second = claim(guard, message)
+    assert second.outcome is ClaimOutcome.BUSY
+    assert second.previous is not None
+    assert second.previous["leaseOwner"] == first.lease.owner
+    assert stack.job("j1")["attempt"] == 1
+
+
+def test_claim_after_lease_expiry_takes_over_with_a_new_owner(guard: JobGuard, stack: Stack, clock: ManualClock):
+    message = make_message("j1")
+    first = claim(guard, message)
+    clock.advance(61)
+    second = claim(guard, message)
+    assert second.claimed
+    assert second.lease.owner != first.lease.owner
+    assert stack.job("j1")["attempt"] == 2
+    # the first owner's writes are fenced off
+    assert guard.complete(first.lease, {"by": "stale"}) is False
+    assert guard.fail(first.lease, "stale error") is FailOutcome.LOST
+    assert guard.complete(second.lease, {"by": "owner"}) is True
+    job = stack.job("j1")
+    assert job["status"] == JobStatus.SUCCEEDED
+    assert job["result"] == {"by": "owner"}
+
+
+def test_claim_after_success_is_a_duplicate(guard: JobGuard):
+    message = make_message("j1")
+    guard.complete(claim(guard, message).lease, {})
+    assert claim(guard, message).outcome is ClaimOutcome.DUPLICATE
+
+
+def test_claim_with_another_payload_is_a_conflict(guard: JobGuard, stack: Stack):
+    guard.record_accepted(make_message("j1"))
+    other = make_message("j1", job_type="open_pr", payload={"title": "something else"})
+    result = claim(guard, other)
+    assert result.outcome is ClaimOutcome.CONFLICT
+    assert stack.job("j1")["status"] == JobStatus.QUEUED
+
+
+def test_fail_retries_until_max_attempts_then_dead_and_halted(guard: JobGuard, stack: Stack):
+    message = make_message("j1", workspace_id="ws-x")
+    outcomes = []
+    for _ in range(3):
+        lease = claim(guard, message).lease
+        outcomes.append(guard.fail(lease, "boom"))
+    assert outcomes == [FailOutcome.RETRY, FailOutcome.RETRY, FailOutcome.DEAD]
+    job = stack.job("j1")
+    assert job["status"] == JobStatus.DEAD
+    assert "attempt 3 of 3" in job["error"]
+    workspace = stack.workspace("ws-x")
+    assert workspace["state"] == WorkspaceState.HALTED
+    assert workspace["haltingJobId"] == "j1"
+    assert workspace["tenantId"] == "tenant-1"
+    assert claim(guard, message).outcome is ClaimOutcome.SETTLED
+
+
+def test_permanent_failure_is_dead_at_once(guard: JobGuard, stack: Stack):
+    lease = claim(guard, make_message("j1")).lease
+    assert guard.fail(lease, "patch does not apply", permanent=True) is FailOutcome.DEAD
+    assert stack.job("j1")["attempt"] == 1
+    assert stack.workspace("ws-a")["state"] == WorkspaceState.HALTED
+
+
+def test_claim_when_every_attempt_crashed_makes_the_job_dead(guard: JobGuard, stack: Stack, clock: ManualClock):
+    # Given three deliveries whose workers all died without recording an outcome
+    message = make_message("j1")
+    for _ in range(3):
+        assert claim(guard, message).claimed
+        clock.advance(61)
+    # When it is delivered again, Then it is not run a fourth time: DEAD and the workspace halted
+    assert claim(guard, message).outcome is ClaimOutcome.EXHAUSTED
+    assert stack.job("j1")["status"] == JobStatus.DEAD
+    assert stack.workspace("ws-a")["state"] == WorkspaceState.HALTED
+
+
+def test_claim_in_halted_workspace_is_refused_and_job_can_be_parked(guard: JobGuard, stack: Stack):
+    guard.fail(claim(guard, make_message("j1")).lease, "bad", permanent=True)
+    later = make_message("j2")
+    result = claim(guard, later)
+    assert result.outcome is ClaimOutcome.WORKSPACE_HALTED
+    assert result.workspace["haltingJobId"] == "j1"
+    assert stack.job("j2") is None  # the refused claim wrote nothing
+    assert guard.park(later, message_id="m-2", sequence_number="200", body="{}", reason="workspace halted")
+    parked = stack.job("j2")
+    assert parked["status"] == JobStatus.PARKED
+    assert parked["sequenceNumber"] == "200"
+    assert "ttl" not in parked
+
+
+def test_first_halt_keeps_its_halting_job(guard: JobGuard, stack: Stack):
+    guard.fail(claim(guard, make_message("j1")).lease, "first", permanent=True)
+    guard.reject(message_id="m-9", job_id=None, workspace_id="ws-a", tenant_id=None, reason="bad body", body="x")
+    workspace = stack.workspace("ws-a")
+    assert workspace["haltingJobId"] == "j1"
+    assert "first" in workspace["haltReason"]
+
+
+def test_reject_does_not_overwrite_a_job_that_took_effect(guard: JobGuard, stack: Stack):
+    guard.complete(claim(guard, make_message("j1")).lease, {})
+    assert not guard.reject(message_id="m-9", job_id="j1", workspace_id="ws-a", tenant_id=None, reason="x", body="")
+    assert stack.job("j1")["status"] == JobStatus.SUCCEEDED
+    assert stack.workspace("ws-a") is None
+
+
+def test_record_accepted_is_idempotent_for_the_same_job_and_conflicts_otherwise(guard: JobGuard):
+    message = make_message("j1")
+    assert guard.record_accepted(message).outcome is AcceptOutcome.NEW
+    assert guard.record_accepted(message).outcome is AcceptOutcome.UNSENT
+    guard.record_sent("j1", "msg-1", "123")
+    again = guard.record_accepted(message)
+    assert again.outcome is AcceptOutcome.EXISTING
+    assert again.item["messageId"] == "msg-1"
+    assert guard.record_accepted(make_message("j1", tenant_id="tenant-2")).outcome is AcceptOutcome.CONFLICT
+    other_payload = make_message("j1", job_type="open_pr", payload={"title": "t"})
+    assert guard.record_accepted(other_payload).outcome is AcceptOutcome.CONFLICT
