@@ -42,6 +42,10 @@ test-fast: $(STAMP) ## the tests without the sam build ones
 build: $(STAMP) ## sam build (arm64 layer cross-installed with pip; no Docker needed)
 	$(BIN)/sam build
 
+build-local: $(STAMP) ## sam build with the layer's wheels for this machine (to run the built handlers here)
+	LAYER_PLATFORM=manylinux2014_$$(uname -m) LAYER_PYTHON_VERSION=$$($(BIN)/python -c 'import sys; print("%d.%d" % sys.version_info[:2])') \
+		$(BIN)/sam build --no-cached --build-dir .aws-sam/build-local
+
 demo: ## run the whole system locally (embedded emulator, API, workers, workload)
 	@echo "make demo: the local runtime is not built yet; run 'make test' to exercise the system against moto." && exit 1
 
