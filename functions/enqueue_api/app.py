@@ -1,0 +1,373 @@
+"""Producer API (HTTP API, payload format 2.0): accept a job for a workspace, and read a job's state.
+
+    POST /jobs           body: {"jobId", "workspaceId", "type", "payload"}
+                         202 accepted, or already accepted with the same payload ("created": false)
+                         409 the jobId is taken by another job; 400, 413, 415, 422 a request to fix; 503 retry
+    GET  /jobs/{jobId}   200 the job's public state and history; 403 another tenant's job; 404 unknown; 422 bad id
+
+Tenancy: the caller's tenant comes from `caller_tenant` and nowhere else. It is the `tenant_id` claim of the verified
+JWT that an HTTP API JWT authorizer puts at `requestContext.authorizer.jwt.claims`. While the API has no authorizer
+(no `requestContext.authorizer` in the request), every caller is the tenant named by the OPEN_ACCESS_TENANT setting;
+setting it to an empty string refuses such callers instead. A request that passed an authorizer but carries no
+usable `tenant_id` claim is refused (403), never given the open-access tenant. A body never names a tenant: the job
+model forbids unknown fields, so a body carrying `tenantId` is refused with 422.
+
+Repeating a request is always safe: a jobId is accepted at most once, and a repeat with the same payload is answered
+from the job's record. The AWS clients are built on the first invocation and kept while the environment is warm;
+`reset_services()` forgets them (tests call it after changing the environment).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from http import HTTPStatus
+from typing import Any, Final
+from urllib.parse import unquote
+
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response, content_types
+from aws_lambda_powertools.logging import correlation_paths
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEventV2
+from aws_lambda_powertools.utilities.typing import LambdaContext
+from botocore.exceptions import ClientError, HTTPClientError
+from botocore.exceptions import ConnectionError as AwsConnectionError
+from pydantic import TypeAdapter, ValidationError
+from pydantic_core import ErrorDetails
+
+from agent_jobs.models import (
+    ApplyPatchJob,
+    JobId,
+    JobType,
+    OpenPrJob,
+    RunTestsJob,
+    TenantId,
+    WorkspaceId,
+    job_request_adapter,
+)
+from agent_jobs.producer import JobConflictError, enqueue_job
+from agent_jobs.services import Services, build_services
+from agent_jobs.settings import Settings
+
+logger = Logger()
+tracer = Tracer()
+metrics = Metrics()
+app = APIGatewayHttpResolver()
+
+TENANT_CLAIM: Final = "tenant_id"
+# Room for jobId, workspaceId, type and the JSON around the payload, on top of MAX_PAYLOAD_BYTES.
+ENVELOPE_ALLOWANCE_BYTES: Final = 4096
+JSON_MEDIA_TYPE: Final = "application/json"
+PUBLIC_JOB_FIELDS: Final = (
+    "jobId",
+    "workspaceId",
+    "tenantId",
+    "type",
+    "status",
+    "attempt",
+    "acceptedAt",
+    "updatedAt",
+    "finishedAt",
+    "messageId",
+    "sequenceNumber",
+    "result",
+    "error",
+    "history",
+)
+_ALLOWED_TYPES: Final = ", ".join(job_type.value for job_type in JobType)
+_ID_RULE: Final = "letters, digits, '.', '_' and '-', starting with a letter or digit"
+_ID_FIELDS: Final[dict[str, TypeAdapter[str]]] = {"jobId": TypeAdapter(JobId), "workspaceId": TypeAdapter(WorkspaceId)}
+_tenant_id_adapter: TypeAdapter[str] = TypeAdapter(TenantId)
+
+Job = ApplyPatchJob | RunTestsJob | OpenPrJob
+
+_services: Services | None = None
+
+
+def services() -> Services:
+    """Built on the first invocation (settings from the environment) and reused while the environment is warm."""
+    global _services  # noqa: PLW0603
+    if _services is None:
+        _services = build_services()
+    return _services
+
+
+def reset_services() -> None:
+    """Forget the cached clients and settings; the next invocation builds them from the environment again."""
+    global _services  # noqa: PLW0603
+    _services = None
+
+
+class RequestRefused(Exception):
+    """A request the API answers with a 4xx: the status and a message that says what to do."""
+
+    def __init__(self, status: HTTPStatus, message: str, errors: list[dict[str, str]] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.errors = errors
+
+
+def _json_response(status: HTTPStatus, body: dict[str, Any], headers: dict[str, str] | None = None) -> Response[Any]:
+    return Response(status_code=status, content_type=content_types.APPLICATION_JSON, body=body, headers=headers)
+
+
+# ---- tenancy -------------------------------------------------------------------------------------------------------
+
+
+def caller_tenant(event: APIGatewayProxyEventV2, settings: Settings) -> str:
+    """The tenant of the caller: the verified JWT's `tenant_id` claim, or the open-access tenant when no authorizer
+    ran for the request. The only place a tenant is derived; the body is never consulted.
+
+    Fails closed: a request that went through an authorizer without yielding a usable `tenant_id` claim (another
+    authorizer kind, a token without the claim) is refused rather than treated as the open-access tenant.
+    """
+    if event.request_context.get("authorizer"):
+        tenant = event.request_context.authorizer.jwt_claim.get(TENANT_CLAIM)
+        if not isinstance(tenant, str) or not _is_valid_tenant(tenant):
+            raise RequestRefused(
+                HTTPStatus.FORBIDDEN,
+                f"the access token has no usable '{TENANT_CLAIM}' claim; ask for a token issued for your tenant",
+            )
+        return tenant
+    if not settings.open_access_tenant:
+        raise RequestRefused(HTTPStatus.UNAUTHORIZED, "authentication required: send a bearer token for your tenant")
+    return settings.open_access_tenant
+
+
+def _is_valid_tenant(tenant: str) -> bool:
+    try:
+        _tenant_id_adapter.validate_python(tenant)
+    except ValidationError:
+        return False
+    return True
+
+
+# ---- request parsing -----------------------------------------------------------------------------------------------
+
+
+def body_limit_bytes(settings: Settings) -> int:
+    return settings.max_payload_bytes + ENVELOPE_ALLOWANCE_BYTES
+
+
+def parse_job_request(event: APIGatewayProxyEventV2, settings: Settings) -> Job:
+    """The job in the request body, or RequestRefused (415, 413, 400 or 422) naming what to fix."""
+    _require_json_content_type(event)
+    raw = _body_bytes(event)
+    limit = body_limit_bytes(settings)
+    if len(raw) > limit:
+        raise RequestRefused(
+            HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+            f"the request body is {len(raw)} bytes; the limit is {limit} bytes "
+            f"(MAX_PAYLOAD_BYTES={settings.max_payload_bytes} for the payload plus {ENVELOPE_ALLOWANCE_BYTES} for "
+            "the job's other fields); store large content elsewhere and send a smaller payload",
+        )
+    if not raw.strip():
+        raise RequestRefused(
+            HTTPStatus.BAD_REQUEST, 'the request body is empty; send a job: {"jobId", "workspaceId", "type", "payload"}'
+        )
+    document = _parse_json(raw)
+    if not isinstance(document, dict):
+        raise RequestRefused(
+            HTTPStatus.BAD_REQUEST,
+            f'the request body is a JSON {_json_kind(document)}; send a JSON object: {{"jobId", "workspaceId", '
+            '"type", "payload"}',
+        )
+    return _validate_job(document)
+
+
+def _json_kind(document: Any) -> str:
+    kinds = {list: "array", str: "string", int: "number", float: "number", bool: "boolean", type(None): "null"}
+    return kinds.get(type(document), type(document).__name__)
+
+
+def _require_json_content_type(event: APIGatewayProxyEventV2) -> None:
+    content_type = event.headers.get("content-type")
+    if content_type is None:
+        return
+    media_type = content_type.split(";", 1)[0].strip().lower()
+    if media_type != JSON_MEDIA_TYPE and not media_type.endswith("+json"):
+        raise RequestRefused(
+            HTTPStatus.UNSUPPORTED_MEDIA_TYPE,
+            f"Content-Type '{content_type}' is not JSON; send the job as {JSON_MEDIA_TYPE}",
+        )
+
+
+def _body_bytes(event: APIGatewayProxyEventV2) -> bytes:
+    body = event.body or ""
+    if event.is_base64_encoded:
+        try:
+            return base64.b64decode(body, validate=True)
+        except (binascii.Error, ValueError):
+            raise RequestRefused(HTTPStatus.BAD_REQUEST, "the request body is not valid base64") from None
+    try:
+        return body.encode("utf-8")
+    except UnicodeEncodeError:
+        raise RequestRefused(HTTPStatus.BAD_REQUEST, "the request body is not valid UTF-8 text") from None
+
+
+def _parse_json(raw: bytes) -> Any:
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise RequestRefused(HTTPStatus.BAD_REQUEST, "the request body is not valid UTF-8 text") from None
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise RequestRefused(
+            HTTPStatus.BAD_REQUEST,
+            f"the request body is not valid JSON ({error.msg} at line {error.lineno}, column {error.colno})",
+        ) from None
+    except (ValueError, RecursionError):  # numbers beyond the int digit limit; nesting beyond the recursion limit
+        raise RequestRefused(HTTPStatus.BAD_REQUEST, "the request body is JSON this API cannot read") from None
+    try:
+        # "\ud800" escapes decode to lone surrogates, which cannot be hashed, stored or sent: refuse them here.
+        json.dumps(document, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise RequestRefused(
+            HTTPStatus.BAD_REQUEST, "the request body contains an unpaired surrogate escape; send valid Unicode text"
+        ) from None
+    return document
+
+
+def _validate_job(document: dict[str, Any]) -> Job:
+    try:
+        return job_request_adapter.validate_python(document)
+    except ValidationError as error:
+        errors = [_field_error(detail) for detail in error.errors(include_input=False, include_url=False)]
+        if any(entry["field"] == "type" for entry in errors):
+            # An unknown type stops validation at the discriminator: still report the ids in the same answer.
+            errors.extend(_id_errors(document))
+        raise RequestRefused(
+            HTTPStatus.UNPROCESSABLE_ENTITY,
+            f"the job is invalid ({len(errors)} {'error' if len(errors) == 1 else 'errors'}); fix the fields listed "
+            "in 'errors' and send it again",
+            errors,
+        ) from None
+
+
+def _field_error(detail: ErrorDetails) -> dict[str, str]:
+    kind = detail["type"]
+    if kind == "union_tag_invalid":
+        tag = (detail.get("ctx") or {}).get("tag")
+        return {"field": "type", "message": f"unknown job type '{tag}'; use one of: {_ALLOWED_TYPES}"}
+    if kind == "union_tag_not_found":
+        return {"field": "type", "message": f"Field required; use one of: {_ALLOWED_TYPES}"}
+    loc = [str(part) for part in detail["loc"]]
+    if loc and loc[0] in {job_type.value for job_type in JobType}:
+        loc = loc[1:]  # the discriminated union puts the job type first; the API's field path does not have it
+    field = ".".join(loc) or "(body)"
+    message = detail["msg"]
+    if kind == "extra_forbidden":
+        message = "unknown field; remove it"
+        if field == "tenantId":
+            message = "unknown field; the tenant comes from your credentials, never from the body"
+    elif field in _ID_FIELDS and kind.startswith("string_"):
+        message = f"{message}; a {field} is {_id_length_rule(field)} {_ID_RULE}"
+    return {"field": field, "message": message}
+
+
+def _id_length_rule(field: str) -> str:
+    schema = _ID_FIELDS[field].json_schema()
+    return f"{schema['minLength']} to {schema['maxLength']} characters:"
+
+
+def _id_errors(document: dict[str, Any]) -> list[dict[str, str]]:
+    errors = []
+    for field, adapter in _ID_FIELDS.items():
+        try:
+            adapter.validate_python(document.get(field))
+        except ValidationError as error:
+            detail = error.errors(include_input=False, include_url=False)[0]
+            message = "Field required" if field not in document else detail["msg"]
+            errors.append({"field": field, "message": f"{message}; a {field} is {_id_length_rule(field)} {_ID_RULE}"})
+    return errors
+
+
+def _valid_job_id(raw: str) -> str:
+    job_id = unquote(raw)
+    try:
+        return _ID_FIELDS["jobId"].validate_python(job_id)
+    except ValidationError as error:
+        detail = error.errors(include_input=False, include_url=False)[0]
+        raise RequestRefused(
+            HTTPStatus.UNPROCESSABLE_ENTITY,
+            "the jobId in the path is invalid",
+            [{"field": "jobId", "message": f"{detail['msg']}; a jobId is {_id_length_rule('jobId')} {_ID_RULE}"}],
+        ) from None
+
+
+def public_job_view(item: dict[str, Any]) -> dict[str, Any]:
+    """What a tenant may see of its job: never the lease owner or stored message bodies."""
+    return {name: item.get(name) for name in PUBLIC_JOB_FIELDS}
+
+
+# ---- routes --------------------------------------------------------------------------------------------------------
+
+
+@app.post("/jobs")
+@tracer.capture_method(capture_response=False)
+def submit_job() -> Response[Any]:
+    svc = services()
+    tenant = caller_tenant(app.current_event, svc.settings)
+    job = parse_job_request(app.current_event, svc.settings)
+    logger.append_keys(job_id=job.job_id, workspace_id=job.workspace_id, tenant_id=tenant, job_type=str(job.type))
+    tracer.put_annotation("jobId", job.job_id)
+    try:
+        result = enqueue_job(job, tenant, guard=svc.guard, sqs=svc.sqs, queue_url=svc.settings.queue_url)
+    except JobConflictError as conflict:
+        logger.info("jobId already taken by another job")
+        metrics.add_metric(name="JobsConflict", unit=MetricUnit.Count, value=1)
+        return _json_response(HTTPStatus.CONFLICT, {"message": str(conflict), "jobId": job.job_id})
+    metrics.add_metric(name="JobsAccepted" if result.created else "JobsResubmitted", unit=MetricUnit.Count, value=1)
+    logger.info("job accepted" if result.created else "job already accepted", extra={"status": result.status})
+    return _json_response(HTTPStatus.ACCEPTED, result.as_response(), headers={"Location": f"/jobs/{job.job_id}"})
+
+
+@app.get("/jobs/<job_id>")
+@tracer.capture_method(capture_response=False)
+def read_job(job_id: str) -> Response[Any]:
+    svc = services()
+    tenant = caller_tenant(app.current_event, svc.settings)
+    job_id = _valid_job_id(job_id)
+    logger.append_keys(job_id=job_id, tenant_id=tenant)
+    item = svc.guard.get_job(job_id)
+    if item is None:
+        raise RequestRefused(HTTPStatus.NOT_FOUND, f"no job '{job_id}'; check the jobId returned when it was accepted")
+    if item.get("tenantId") != tenant:
+        raise RequestRefused(HTTPStatus.FORBIDDEN, f"job '{job_id}' belongs to another tenant")
+    metrics.add_metric(name="JobsRead", unit=MetricUnit.Count, value=1)
+    return _json_response(HTTPStatus.OK, public_job_view(item))
+
+
+@app.exception_handler(RequestRefused)  # type: ignore[untyped-decorator]  # Powertools leaves it unannotated
+def refused(error: RequestRefused) -> Response[Any]:
+    logger.info("request refused", extra={"status": int(error.status), "reason": error.message})
+    metrics.add_metric(name="RequestsRefused", unit=MetricUnit.Count, value=1)
+    body: dict[str, Any] = {"message": error.message}
+    if error.errors is not None:
+        body["errors"] = error.errors
+    return _json_response(error.status, body)
+
+
+@app.exception_handler([ClientError, AwsConnectionError, HTTPClientError])  # type: ignore[untyped-decorator]
+def aws_unavailable(error: Exception) -> Response[Any]:
+    logger.exception("AWS call failed")
+    metrics.add_metric(name="ServiceUnavailable", unit=MetricUnit.Count, value=1)
+    return _json_response(
+        HTTPStatus.SERVICE_UNAVAILABLE,
+        {
+            "message": "the job store or queue is unavailable; retry the same request with the same jobId shortly "
+            "(a jobId is accepted at most once, so a retry cannot create a duplicate)"
+        },
+        headers={"Retry-After": "2"},
+    )
+
+
+@logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_HTTP, clear_state=True)
+@tracer.capture_lambda_handler(capture_response=False)
+@metrics.log_metrics
+def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    return app.resolve(event, context)

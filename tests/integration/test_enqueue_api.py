@@ -1,0 +1,589 @@
+"""The producer API's Lambda handler driven with HTTP API (payload 2.0) events, against the queue and table of
+template.yaml in moto (in-process and moto's server over HTTP)."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import hashlib
+import json
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent_jobs.models import JobMessage, JobStatus, JobType, job_message
+from agent_jobs_local.event_source import LambdaContextStub
+from enqueue_api import app
+from tests.conftest import Stack, enqueue, make_job
+from tests.naive.producer import naive_enqueue
+
+EVENTS = Path(__file__).resolve().parents[2] / "events"
+PATCH = "--- a/f.txt\n+++ b/f.txt\n@@ -0,0 +1 @@\n+hello\n"
+PUBLIC_FIELDS = set(app.PUBLIC_JOB_FIELDS)
+
+
+def load_event(name: str) -> dict[str, Any]:
+    return json.loads((EVENTS / name).read_text())  # type: ignore[no-any-return]
+
+
+def job_body(job_id: str = "job-1", workspace_id: str = "ws-a", **overrides: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "jobId": job_id,
+        "workspaceId": workspace_id,
+        "type": "apply_patch",
+        "payload": {"patch": PATCH, "commitMessage": f"change for {job_id}"},
+    }
+    body.update(overrides)
+    return body
+
+
+@dataclass(frozen=True)
+class ApiResponse:
+    status: int
+    body: dict[str, Any]
+    headers: dict[str, str]
+
+    def field_errors(self) -> dict[str, str]:
+        return {entry["field"]: entry["message"] for entry in self.body.get("errors", [])}
+
+
+def _with_claims(event: dict[str, Any], claims: dict[str, str] | None) -> dict[str, Any]:
+    if claims is not None:
+        # What an HTTP API JWT authorizer adds once it has verified the token.
+        event["requestContext"]["authorizer"] = {"jwt": {"claims": claims, "scopes": None}}
+    return event
+
+
+def with_lambda_authorizer(event: dict[str, Any], context: dict[str, str]) -> dict[str, Any]:
+    """What an HTTP API Lambda authorizer (simple responses) adds instead of JWT claims."""
+    event["requestContext"]["authorizer"] = {"lambda": context}
+    return event
+
+
+def post_event(
+    body: Any = None,
+    *,
+    raw: str | None = None,
+    claims: dict[str, str] | None = None,
+    content_type: str | None = "application/json",
+    base64_encoded: bool = False,
+) -> dict[str, Any]:
+    """events/http_post_job.json with another body (a document, or `raw` text as sent), headers and claims."""
+    event = load_event("http_post_job.json")
+    text = raw if raw is not None else json.dumps(job_body() if body is None else body)
+    event["requestContext"]["requestId"] = uuid.uuid4().hex
+    event["headers"]["content-length"] = str(len(text.encode("utf-8", "surrogatepass")))
+    event["headers"].pop("content-type")
+    if content_type is not None:
+        event["headers"]["content-type"] = content_type
+    event["body"] = base64.b64encode(text.encode()).decode() if base64_encoded else text
+    event["isBase64Encoded"] = base64_encoded
+    return _with_claims(event, claims)
+
+
+def get_event(job_id: str, *, claims: dict[str, str] | None = None) -> dict[str, Any]:
+    """events/http_get_job.json for another jobId (`job_id` as it appears in the URL path)."""
+    event = load_event("http_get_job.json")
+    event["requestContext"]["requestId"] = uuid.uuid4().hex
+    event["rawPath"] = event["requestContext"]["http"]["path"] = f"/jobs/{job_id}"
+    event["pathParameters"] = {"jobId": job_id}
+    return _with_claims(event, claims)
+
+
+class Api:
+    """The function as API Gateway invokes it, plus what a test needs to see of the stack behind it."""
+
+    def __init__(self, stack: Stack) -> None:
+        self.stack = stack
+
+    def invoke(self, event: dict[str, Any]) -> ApiResponse:
+        context = LambdaContextStub(timeout_seconds=10, function_name="EnqueueApiFunction")
+        response = app.lambda_handler(copy.deepcopy(event), context)
+        assert response.get("isBase64Encoded") is False
+        body = json.loads(response["body"]) if response.get("body") else {}
+        return ApiResponse(status=response["statusCode"], body=body, headers=response.get("headers", {}))
+
+    def post(self, body: Any = None, **kwargs: Any) -> ApiResponse:
+        return self.invoke(post_event(body, **kwargs))
+
+    def get(self, job_id: str, **kwargs: Any) -> ApiResponse:
+        return self.invoke(get_event(job_id, **kwargs))
+
+    def items(self) -> list[dict[str, Any]]:
+        return self.stack.services.dynamodb.scan(TableName=self.stack.table_name)["Items"]
+
+    def drain(self) -> list[dict[str, Any]]:
+        """Receive and delete everything on the queue (as a worker would), returning the Lambda-shaped records."""
+        records: list[dict[str, Any]] = []
+        while batch := self.stack.receive()["Records"]:
+            for record in batch:
+                self.stack.services.sqs.delete_message(
+                    QueueUrl=self.stack.queue_url, ReceiptHandle=record["receiptHandle"]
+                )
+            records.extend(batch)
+        return records
+
+
+def use_environment(monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> None:
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    app.reset_services()
+
+
+@pytest.fixture
+def api(any_stack: Stack, monkeypatch: pytest.MonkeyPatch) -> Iterator[Api]:
+    """The function's environment from the stack (as template.yaml sets it), and no services cached from before."""
+    use_environment(monkeypatch, any_stack.env())
+    # Powertools reads the namespace when the module is imported; Lambda sets it before that, the test run after.
+    monkeypatch.setattr(app.metrics, "namespace", "AgentJobsTest")
+    yield Api(any_stack)
+    app.reset_services()
+
+
+# ---- POST /jobs: accepted ------------------------------------------------------------------------------------------
+
+
+def test_submit_job_accepts_and_sends_it_to_the_workspace_group(api: Api) -> None:
+    response = api.post(job_body("job-1", "ws-a"))
+
+    assert response.status == 202
+    assert response.body["jobId"] == "job-1"
+    assert response.body["status"] == JobStatus.QUEUED
+    assert response.body["created"] is True
+    assert response.headers["Location"] == "/jobs/job-1"
+    (record,) = api.stack.receive()["Records"]
+    assert record["attributes"]["MessageGroupId"] == "ws#ws-a"
+    assert record["attributes"]["MessageDeduplicationId"] == hashlib.sha256(b"job-1:apply_patch").hexdigest()
+    assert record["messageAttributes"]["tenantId"]["stringValue"] == "default"
+    assert record["messageAttributes"]["type"]["stringValue"] == "apply_patch"
+    message = JobMessage.model_validate_json(record["body"])
+    assert (message.job_id, message.tenant_id) == ("job-1", "default")
+    assert message.request().payload.model_dump(by_alias=True)["patch"] == PATCH
+    assert response.body["messageId"] == record["messageId"]
+    assert response.body["sequenceNumber"] == record["attributes"]["SequenceNumber"]
+    stored = api.stack.job("job-1")
+    assert stored is not None
+    assert stored["status"] == JobStatus.QUEUED
+    assert stored["payloadHash"] == message.payload_hash
+    assert (stored["messageId"], stored["sequenceNumber"]) == (record["messageId"], response.body["sequenceNumber"])
+
+
+def test_submit_job_logs_with_the_request_id_as_correlation_id(api: Api) -> None:
+    event = post_event(job_body("job-1"))
+
+    api.invoke(event)
+
+    assert app.logger.get_correlation_id() == event["requestContext"]["requestId"]
+
+
+def test_submit_job_takes_the_tenant_from_jwt_claims(api: Api) -> None:
+    response = api.post(job_body("job-1"), claims={"sub": "agent-7", "tenant_id": "acme"})
+
+    assert response.status == 202
+    (record,) = api.stack.receive()["Records"]
+    assert record["messageAttributes"]["tenantId"]["stringValue"] == "acme"
+    assert JobMessage.model_validate_json(record["body"]).tenant_id == "acme"
+    stored = api.stack.job("job-1")
+    assert stored is not None
+    assert stored["tenantId"] == "acme"
+
+
+@pytest.mark.parametrize("claims", [{"sub": "agent-7"}, {"sub": "agent-7", "tenant_id": "not a tenant"}])
+def test_submit_job_with_claims_but_no_usable_tenant_is_forbidden(api: Api, claims: dict[str, str]) -> None:
+    # Given a verified token that does not name a usable tenant: never fall back to the open-access tenant
+    response = api.post(job_body("job-1"), claims=claims)
+
+    assert response.status == 403
+    assert "tenant_id" in response.body["message"]
+    assert api.stack.queue_depth() == 0
+    assert api.items() == []
+
+
+def test_submit_job_through_another_kind_of_authorizer_is_forbidden(api: Api) -> None:
+    # Given a request that an authorizer let through without JWT claims: it must not become the open-access tenant
+    event = with_lambda_authorizer(post_event(job_body("job-1")), {"tenant_id": "acme"})
+
+    response = api.invoke(event)
+
+    assert response.status == 403
+    assert api.stack.queue_depth() == 0
+    assert api.items() == []
+
+
+def test_submit_job_without_claims_is_refused_when_open_access_is_off(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    use_environment(monkeypatch, {"OPEN_ACCESS_TENANT": ""})
+
+    response = api.post(job_body("job-1"))
+
+    assert response.status == 401
+    assert api.stack.queue_depth() == 0
+    assert api.items() == []
+
+
+def test_submit_job_accepts_a_payload_of_the_configured_maximum(api: Api) -> None:
+    # Given a patch that makes the payload exactly MAX_PAYLOAD_BYTES long
+    limit = api.stack.settings.max_payload_bytes
+    empty = len(json.dumps({"patch": "", "commitMessage": "big"}))
+    body = job_body("job-big", payload={"patch": "x" * (limit - empty), "commitMessage": "big"})
+    assert len(json.dumps(body["payload"])) == limit
+
+    response = api.post(body)
+
+    assert response.status == 202
+    (record,) = api.stack.receive()["Records"]
+    assert len(JobMessage.model_validate_json(record["body"]).payload["patch"]) == limit - empty
+
+
+def test_submit_job_accepts_a_base64_encoded_body(api: Api) -> None:
+    response = api.post(job_body("job-1"), base64_encoded=True)
+
+    assert response.status == 202
+    assert api.stack.queue_depth() == 1
+
+
+# ---- POST /jobs: resubmission and conflict (pitfall 7) -------------------------------------------------------------
+
+
+def test_submit_job_resubmission_with_same_payload_is_idempotent(api: Api) -> None:
+    first = api.post(job_body("job-1"))
+    stored_before = api.stack.job("job-1")
+
+    again = api.post(job_body("job-1"))
+
+    assert first.status == again.status == 202
+    assert (first.body["created"], again.body["created"]) == (True, False)
+    assert again.body["messageId"] == first.body["messageId"]
+    assert again.body["sequenceNumber"] == first.body["sequenceNumber"]
+    assert api.stack.queue_depth() == 1
+    assert api.stack.job("job-1") == stored_before
+
+
+def test_submit_job_resubmission_after_the_message_was_consumed_is_not_sent_again(api: Api) -> None:
+    # Given a job accepted, delivered and deleted: SQS (and moto) no longer remember its deduplication id
+    first = api.post(job_body("job-1"))
+    assert [record["messageId"] for record in api.drain()] == [first.body["messageId"]]
+
+    again = api.post(job_body("job-1"))
+
+    assert again.status == 202
+    assert again.body["created"] is False
+    assert again.body["messageId"] == first.body["messageId"]
+    assert api.stack.queue_depth() == 0
+    # Control: the queue alone would have taken the same deduplication id as a new message now.
+    naive_enqueue(api.stack.services.sqs, api.stack.queue_url, job_body("job-1"), "default")
+    assert api.stack.queue_depth() == 1
+
+
+def test_submit_job_resubmission_reports_the_current_status(api: Api) -> None:
+    # Given a job a worker already claimed
+    api.post(job_body("job-1"))
+    (record,) = api.stack.receive()["Records"]
+    message = JobMessage.model_validate_json(record["body"])
+    claim = api.stack.guard.claim(message, message_id=record["messageId"], sequence_number=None, remaining_ms=60_000)
+    assert claim.claimed
+
+    again = api.post(job_body("job-1"))
+
+    assert again.status == 202
+    assert again.body["status"] == JobStatus.IN_FLIGHT
+    assert again.body["created"] is False
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"payload": {"patch": PATCH + "+more\n", "commitMessage": "change for job-1"}},
+        {"workspaceId": "ws-b"},
+        {"type": "run_tests", "payload": {"suite": "unit"}},
+    ],
+    ids=["payload", "workspace", "type"],
+)
+def test_submit_job_same_job_id_with_another_job_conflicts(api: Api, change: dict[str, Any]) -> None:
+    api.post(job_body("job-1"))
+    stored_before = api.stack.job("job-1")
+
+    response = api.post(job_body("job-1", **change))
+
+    assert response.status == 409
+    assert "new jobId" in response.body["message"]
+    assert api.stack.job("job-1") == stored_before
+    assert len(api.drain()) == 1
+
+
+def test_submit_job_same_job_id_from_another_tenant_conflicts(api: Api) -> None:
+    api.post(job_body("job-1"), claims={"tenant_id": "tenant-a"})
+    stored_before = api.stack.job("job-1")
+
+    response = api.post(job_body("job-1"), claims={"tenant_id": "tenant-b"})
+
+    assert response.status == 409
+    assert api.stack.job("job-1") == stored_before
+    assert api.stack.queue_depth() == 1
+
+
+# ---- POST /jobs: refused requests send nothing and write nothing ---------------------------------------------------
+
+OVERSIZE = object()  # marker: a body just over the limit, built from the stack's settings
+
+
+@pytest.mark.parametrize(
+    ("request_kwargs", "status", "fields"),
+    [
+        pytest.param({"raw": '{"jobId": "job-1", '}, 400, {}, id="malformed-json"),
+        pytest.param({"raw": ""}, 400, {}, id="empty-body"),
+        pytest.param({"raw": "  \n"}, 400, {}, id="blank-body"),
+        pytest.param({"raw": "[1, 2]"}, 400, {}, id="array-body"),
+        pytest.param({"raw": '"apply_patch"'}, 400, {}, id="string-body"),
+        pytest.param({"raw": "[" * 5000 + "]" * 5000}, 400, {}, id="deeply-nested"),
+        pytest.param(
+            {"raw": json.dumps(job_body("job-1", payload={"patch": "\ud800", "commitMessage": "m"}))},
+            400,
+            {},
+            id="lone-surrogate",
+        ),
+        pytest.param({"raw": "!not base64!", "base64_encoded": True}, 400, {}, id="bad-base64"),
+        pytest.param({"content_type": "text/plain"}, 415, {}, id="not-json-content-type"),
+        pytest.param({"body": OVERSIZE}, 413, {}, id="oversize"),
+        pytest.param(
+            {"body": {}},
+            422,
+            {"jobId": "Field required", "workspaceId": "Field required", "type": "Field required"},
+            id="empty-object",
+        ),
+        pytest.param(
+            {"body": job_body(payload={"commitMessage": "m"})}, 422, {"payload.patch": "Field required"}, id="no-patch"
+        ),
+        pytest.param(
+            {"body": job_body(payload={"patch": PATCH})},
+            422,
+            {"payload.commitMessage": "Field required"},
+            id="no-commit-message",
+        ),
+        pytest.param(
+            {"body": job_body(type="delete_repo")}, 422, {"type": "apply_patch, run_tests, open_pr"}, id="unknown-type"
+        ),
+        pytest.param(
+            {"body": job_body(type="delete_repo", jobId="bad id")},
+            422,
+            {"type": "delete_repo", "jobId": "pattern"},
+            id="unknown-type-and-bad-job-id",
+        ),
+        pytest.param({"body": job_body("job/1")}, 422, {"jobId": "letters, digits"}, id="job-id-charset"),
+        pytest.param({"body": job_body("j" * 65)}, 422, {"jobId": "at most 64"}, id="job-id-length"),
+        pytest.param({"body": job_body(jobId=7)}, 422, {"jobId": "string"}, id="job-id-number"),
+        pytest.param({"body": job_body(workspace_id="ws#a")}, 422, {"workspaceId": "pattern"}, id="ws-id-charset"),
+        pytest.param({"body": job_body(workspace_id="w" * 101)}, 422, {"workspaceId": "at most 100"}, id="ws-length"),
+        pytest.param(
+            {"body": job_body(tenantId="tenant-b")}, 422, {"tenantId": "never from the body"}, id="tenant-in-body"
+        ),
+        pytest.param(
+            {"body": job_body(payload={"patch": PATCH, "commitMessage": "m", "force": True})},
+            422,
+            {"payload.force": "unknown field"},
+            id="unknown-payload-field",
+        ),
+        pytest.param(
+            {"body": job_body(type="open_pr", payload={"title": ""})}, 422, {"payload.title": "at least 1"}, id="pr"
+        ),
+    ],
+)
+def test_submit_job_refuses_bad_input_without_side_effects(
+    api: Api, request_kwargs: dict[str, Any], status: int, fields: dict[str, str]
+) -> None:
+    if request_kwargs.get("body") is OVERSIZE:
+        limit = api.stack.settings.max_payload_bytes
+        request_kwargs = {"body": job_body(payload={"patch": "x" * (limit + 4096), "commitMessage": "m"})}
+
+    response = api.post(**request_kwargs)
+
+    assert response.status == status, response.body
+    assert response.body["message"]
+    errors = response.field_errors()
+    assert set(errors) == set(fields)
+    for field, fragment in fields.items():
+        assert fragment in errors[field], (field, errors[field])
+    assert api.stack.queue_depth() == 0
+    assert api.items() == []
+
+
+def test_submit_job_oversize_message_names_the_limit_and_the_setting(api: Api) -> None:
+    limit = api.stack.settings.max_payload_bytes
+
+    response = api.post(job_body(payload={"patch": "x" * (limit + 4096), "commitMessage": "m"}))
+
+    assert response.status == 413
+    assert "MAX_PAYLOAD_BYTES" in response.body["message"]
+    assert str(limit + app.ENVELOPE_ALLOWANCE_BYTES) in response.body["message"]
+
+
+def test_submit_job_unknown_type_lists_the_allowed_types(api: Api) -> None:
+    response = api.post(job_body(type="delete_repo"))
+
+    assert response.status == 422
+    message = response.field_errors()["type"]
+    assert all(job_type.value in message for job_type in JobType)
+
+
+# ---- POST /jobs: AWS unavailable -----------------------------------------------------------------------------------
+
+
+def test_submit_job_answers_503_when_the_table_is_unavailable(api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
+    use_environment(monkeypatch, {"TABLE_NAME": "no-such-table"})
+
+    response = api.post(job_body("job-1"))
+
+    assert response.status == 503
+    assert "same jobId" in response.body["message"]
+    assert response.headers["Retry-After"]
+    assert api.stack.queue_depth() == 0
+    assert api.items() == []
+
+
+def test_submit_job_retry_after_a_failed_send_sends_exactly_once(api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a send that failed after the job was recorded (the queue URL is wrong for this invocation)
+    good_url = api.stack.queue_url
+    use_environment(monkeypatch, {"QUEUE_URL": good_url.rsplit("/", 1)[0] + "/no-such-queue.fifo"})
+    assert api.post(job_body("job-1")).status == 503
+
+    # When the client retries the same request once the queue is reachable
+    use_environment(monkeypatch, {"QUEUE_URL": good_url})
+    response = api.post(job_body("job-1"))
+
+    # Then the job is sent once and its record points at that message
+    assert response.status == 202
+    (record,) = api.drain()
+    stored = api.stack.job("job-1")
+    assert stored is not None
+    assert stored["messageId"] == record["messageId"] == response.body["messageId"]
+
+
+# ---- GET /jobs/{jobId} ---------------------------------------------------------------------------------------------
+
+
+def test_read_job_returns_the_public_view(api: Api) -> None:
+    # Given a job accepted through the API and claimed by a worker (so the record holds a lease owner)
+    accepted = api.post(job_body("job-1"))
+    (record,) = api.stack.receive()["Records"]
+    claim = api.stack.guard.claim(
+        JobMessage.model_validate_json(record["body"]),
+        message_id=record["messageId"],
+        sequence_number=record["attributes"]["SequenceNumber"],
+        remaining_ms=60_000,
+    )
+    assert claim.claimed
+    assert "leaseOwner" in (api.stack.job("job-1") or {})
+
+    response = api.get("job-1")
+
+    assert response.status == 200
+    assert set(response.body) == PUBLIC_FIELDS
+    assert response.body["jobId"] == "job-1"
+    assert response.body["workspaceId"] == "ws-a"
+    assert response.body["tenantId"] == "default"
+    assert response.body["type"] == "apply_patch"
+    assert response.body["status"] == JobStatus.IN_FLIGHT
+    assert response.body["attempt"] == 1
+    assert response.body["messageId"] == accepted.body["messageId"]
+    assert [entry["status"] for entry in response.body["history"]] == [JobStatus.QUEUED, JobStatus.IN_FLIGHT]
+
+
+def test_read_job_never_shows_a_stored_body(api: Api) -> None:
+    # Given a job parked with its message body (as the worker does while its workspace is halted)
+    job = make_job("job-9", "ws-a", "open_pr")
+    message = job_message(job, "default")
+    parked = api.stack.guard.park(
+        message, message_id="m-1", sequence_number="1", body=message.model_dump_json(by_alias=True), reason="halted"
+    )
+    assert parked
+    assert "body" in (api.stack.job("job-9") or {})
+
+    response = api.get("job-9")
+
+    assert response.status == 200
+    assert response.body["status"] == JobStatus.PARKED
+    assert "body" not in response.body
+    assert "title" not in json.dumps(response.body)
+
+
+def test_read_job_unknown_is_404(api: Api) -> None:
+    response = api.get("job-unknown")
+
+    assert response.status == 404
+    assert "job-unknown" in response.body["message"]
+
+
+@pytest.mark.parametrize("raw_job_id", ["bad%20id", "-dash", "j" * 65])
+def test_read_job_malformed_job_id_is_422(api: Api, raw_job_id: str) -> None:
+    response = api.get(raw_job_id)
+
+    assert response.status == 422
+    assert set(response.field_errors()) == {"jobId"}
+
+
+def test_read_job_of_another_tenant_is_403(api: Api) -> None:
+    # Given a job that tenant-a enqueued through the layer
+    enqueue(api.stack, make_job("job-a", "ws-a"), tenant_id="tenant-a")
+
+    other = api.get("job-a", claims={"tenant_id": "tenant-b"})
+    owner = api.get("job-a", claims={"tenant_id": "tenant-a"})
+    open_access = api.get("job-a")
+
+    assert other.status == 403
+    assert "jobId" not in other.body
+    assert owner.status == 200
+    assert owner.body["tenantId"] == "tenant-a"
+    assert open_access.status == 403
+
+
+# ---- the sample events ---------------------------------------------------------------------------------------------
+
+
+def test_sample_events_run_unchanged(api: Api) -> None:
+    posted = api.invoke(load_event("http_post_job.json"))
+    read = api.invoke(load_event("http_get_job.json"))
+    invalid = api.invoke(load_event("http_post_job_invalid.json"))
+
+    assert posted.status == 202
+    assert read.status == 200
+    assert read.body["jobId"] == posted.body["jobId"]
+    assert invalid.status == 422
+    assert {"jobId", "tenantId", "payload.commitMessage"} <= set(invalid.field_errors())
+    assert api.stack.queue_depth() == 1
+
+
+# ---- pitfall 7: a resend with another payload ----------------------------------------------------------------------
+
+
+def _second_payload_outcome(api: Api, submit: Any, job_id: str) -> str:
+    """Submit a job, then the same jobId with another payload; say what became of the second one."""
+    first, second = job_body(job_id), job_body(job_id, payload={"patch": PATCH, "commitMessage": "other"})
+    submit(first)
+    refused = submit(second) is False
+    delivered = [json.loads(record["body"])["payload"]["commitMessage"] for record in api.drain()]
+    assert first["payload"]["commitMessage"] in delivered
+    if refused:
+        return "refused"
+    if second["payload"]["commitMessage"] in delivered:
+        return "delivered"
+    return "silently dropped"
+
+
+def test_naive_producer_silently_drops_a_resend_with_another_payload_while_the_api_refuses_it(api: Api) -> None:
+    # Given the naive producer: a plain SendMessage whose every call "succeeds"
+    sqs, queue_url = api.stack.services.sqs, api.stack.queue_url
+
+    def naive(body: dict[str, Any]) -> bool:
+        return bool(naive_enqueue(sqs, queue_url, body, "default"))
+
+    def product(body: dict[str, Any]) -> bool:
+        return api.post(body).status == 202
+
+    # Then on the same queue the naive producer loses the second job without telling anyone; the API says 409
+    assert _second_payload_outcome(api, naive, "job-naive") == "silently dropped"
+    assert _second_payload_outcome(api, product, "job-product") == "refused"
