@@ -11,7 +11,7 @@ import sys
 import time
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,7 +25,7 @@ from agent_jobs.models import JobMessage, job_message, job_request_adapter
 from agent_jobs.services import Services, build_services
 from agent_jobs.settings import Settings
 from agent_jobs_local.event_source import LambdaContextStub, receive_event, settle
-from agent_jobs_local.template import load_template, provision
+from agent_jobs_local.template import TemplateModel, load_template, provision
 
 REPO = Path(__file__).resolve().parent.parent
 REGION = "us-east-1"
@@ -57,20 +57,16 @@ class Stack:
     table_name: str
     settings: Settings
     services: Services
-    template: dict[str, Any]
+    model: TemplateModel
+    references: Mapping[str, Mapping[str, str]]
 
     @property
     def guard(self) -> JobGuard:
         return self.services.guard
 
-    def env(self) -> dict[str, str]:
-        """The environment the functions get from template.yaml, pointed at these resources."""
-        return {
-            "TABLE_NAME": self.table_name,
-            "QUEUE_URL": self.queue_url,
-            "MAX_ATTEMPTS": str(self.settings.max_attempts),
-            "MAX_RECEIVE_COUNT": str(self.settings.max_receive_count),
-        }
+    def env(self, function_id: str = "JobWorkerFunction") -> dict[str, str]:
+        """The environment template.yaml gives the function, resolved against these resources."""
+        return self.model.function_environment(function_id, self.references)
 
     def receive(self, batch_size: int = 10) -> dict[str, Any]:
         return receive_event(
@@ -87,25 +83,25 @@ class Stack:
         )["Attributes"]
         return int(attributes["ApproximateNumberOfMessages"]) + int(attributes["ApproximateNumberOfMessagesNotVisible"])
 
-    def item(self, pk: str) -> dict[str, Any] | None:
+    # Items are returned as Any: tests index them freely and a missing item fails the test at the index.
+    def item(self, pk: str) -> Any:
         raw = self.services.dynamodb.get_item(TableName=self.table_name, Key={"pk": {"S": pk}}).get("Item")
         return to_item(raw) if raw else None
 
-    def job(self, job_id: str) -> dict[str, Any] | None:
+    def job(self, job_id: str) -> Any:
         return self.guard.get_job(job_id)
 
-    def workspace(self, workspace_id: str) -> dict[str, Any] | None:
+    def workspace(self, workspace_id: str) -> Any:
         return self.guard.get_workspace(workspace_id)
 
 
 def _make_stack(kind: str, session: boto3.Session, **settings_overrides: Any) -> Stack:
-    template = load_template()
-    resources = provision(session, template, stack_name=f"aj-{uuid.uuid4().hex[:8]}")
-    settings = Settings(
-        table_name=resources.table_name,
-        queue_url=resources.queue_url,
-        **{"time_safety_margin_ms": 2_000, "backoff_base_seconds": 0, **settings_overrides},
-    )
+    model = TemplateModel(load_template(), stack_name=f"aj-{uuid.uuid4().hex[:8]}")
+    resources = provision(session, model)
+    environment = model.function_environment("JobWorkerFunction", resources.references)
+    # The template's settings, with a shorter deadline margin and no backoff so retries are immediate in tests.
+    fast = {"time_safety_margin_ms": 2_000, "backoff_base_seconds": 0}
+    settings = Settings.model_validate({**{k.lower(): v for k, v in environment.items()}, **fast, **settings_overrides})
     return Stack(
         kind=kind,
         session=session,
@@ -115,7 +111,8 @@ def _make_stack(kind: str, session: boto3.Session, **settings_overrides: Any) ->
         table_name=resources.table_name,
         settings=settings,
         services=build_services(settings, session),
-        template=template,
+        model=model,
+        references=resources.references,
     )
 
 
@@ -257,6 +254,9 @@ def sqs_fifo_record() -> Callable[..., dict[str, Any]]:
 
 
 os.environ.setdefault("SAM_CLI_TELEMETRY", "0")
+# Powertools reads these when a function module is imported (at collection), before any fixture runs.
+os.environ.setdefault("POWERTOOLS_METRICS_NAMESPACE", "AgentJobsTest")
+os.environ.setdefault("POWERTOOLS_SERVICE_NAME", "agent-jobs")
 
 
 # ---- the worker ------------------------------------------------------------------------------------------------

@@ -81,6 +81,8 @@ class BatchWorker:
         records = [SQSRecord(raw) for raw in event.get("Records", [])]
         failures -= self._park_last_deliveries(records, failures)
         self._back_off(records, failures, delays)
+        if failures:
+            self.metrics.add_metric(name="RecordsRetried", unit=MetricUnit.Count, value=len(failures))
         return {"batchItemFailures": [{"itemIdentifier": r.message_id} for r in records if r.message_id in failures]}
 
     # ---- one record ----------------------------------------------------------------------------------------------
@@ -174,7 +176,8 @@ class BatchWorker:
             reason = _describe(error)
             job_id = _job_id_if_any(record.body)
             attributes = record.message_attributes
-            tenant = attributes["tenantId"] if "tenantId" in attributes else None
+            # SQSMessageAttributes.get returns the raw dict; indexing gives the typed attribute
+            tenant = attributes["tenantId"] if "tenantId" in attributes else None  # noqa: SIM401
             self.services.guard.reject(
                 message_id=record.message_id,
                 job_id=job_id,

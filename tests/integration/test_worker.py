@@ -190,7 +190,9 @@ def test_worker_lease_takeover_applies_once_and_the_stale_worker_cannot_overwrit
     assert job["result"]["alreadyApplied"] is False  # the owner's result, not the stale worker's
 
 
-def test_worker_crash_after_side_effect_does_not_reapply(any_stack, make_worker, workspaces, lambda_context):
+def test_worker_crash_after_side_effect_does_not_reapply(
+    any_stack, make_worker, workspaces, lambda_context, monkeypatch
+):
     # Given a worker that dies after committing but before recording SUCCEEDED
     clock = ManualClock()
     guard = JobGuard(any_stack.services.dynamodb, any_stack.table_name, max_attempts=3, clock=clock)
@@ -201,7 +203,7 @@ def test_worker_crash_after_side_effect_does_not_reapply(any_stack, make_worker,
     def crash(*_: Any, **__: Any) -> bool:
         raise SimulatedCrashError
 
-    crashing.services.guard.complete = crash  # type: ignore[method-assign]
+    monkeypatch.setattr(guard, "complete", crash)
     with pytest.raises(SimulatedCrashError):
         crashing.handle(event, lambda_context())
     assert workspaces.commits("ws-a") == ["crash-1"]
@@ -219,7 +221,7 @@ def test_worker_crash_after_side_effect_does_not_reapply(any_stack, make_worker,
     assert job["result"]["alreadyApplied"] is True
 
 
-def test_naive_crash_after_side_effect_reapplies(stack, workspaces):
+def test_naive_crash_after_side_effect_reapplies(stack, workspaces, monkeypatch):
     enqueue(stack, make_job("crash-1"))
     event = stack.receive()
     naive = NaiveWorker(stack.services.dynamodb, stack.table_name, workspaces)
@@ -227,7 +229,7 @@ def test_naive_crash_after_side_effect_reapplies(stack, workspaces):
     def crash(_: Any) -> None:
         raise SimulatedCrashError
 
-    naive.complete = crash  # type: ignore[method-assign]
+    monkeypatch.setattr(naive, "complete", crash)
     with pytest.raises(SimulatedCrashError):
         naive.handle(event)
     retry = NaiveWorker(stack.services.dynamodb, stack.table_name, workspaces)
@@ -454,7 +456,9 @@ def test_worker_parks_a_record_on_its_last_delivery_instead_of_letting_it_dead_l
     assert _failed(response) == []
     assert stack.job("f1")["status"] == JobStatus.PARKED
     assert stack.job("f2")["status"] == JobStatus.PARKED
-    assert int(stack.job("f1")["sequenceNumber"]) < int(stack.job("f2")["sequenceNumber"])
+    # each keeps the queue's SequenceNumber, the order a resume runs parked jobs in
+    for job_id, record in zip(("f1", "f2"), records, strict=True):
+        assert stack.job(job_id)["sequenceNumber"] == record["attributes"]["SequenceNumber"]
     assert stack.workspace("ws-a")["state"] == WorkspaceState.HALTED
     assert workspaces.commits("ws-a") == []
 

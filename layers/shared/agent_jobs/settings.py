@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -23,6 +23,15 @@ class Settings(BaseSettings):
     time_safety_margin_ms: Annotated[int, Field(ge=0)] = 10_000
     backoff_base_seconds: Annotated[int, Field(ge=0)] = 2
     backoff_max_seconds: Annotated[int, Field(ge=0, le=43_200)] = 300
-    # Until the API has an authorizer, every caller is this tenant (see agent_jobs.tenancy).
+    # Until the API has an authorizer, every caller is this tenant (enqueue_api.app.caller_tenant); "" refuses them.
     open_access_tenant: str = "default"
     workspaces_root: str = "/tmp/agent-jobs/workspaces"
+
+    @model_validator(mode="after")
+    def _queue_backstop_above_attempts(self) -> Settings:
+        if self.max_attempts >= self.max_receive_count:
+            raise ValueError(
+                f"MAX_ATTEMPTS ({self.max_attempts}) must be below MAX_RECEIVE_COUNT ({self.max_receive_count}): the"
+                " queue's redrive is a backstop, the worker decides DEAD; raise MaxReceiveCount or lower MaxAttempts"
+            )
+        return self

@@ -1,0 +1,80 @@
+"""The *built* functions, as sam build laid them out, run on the events/ files: the function folder first on the path
+(like /var/task), then the built layer (like /opt/python), against moto's server over HTTP."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import REPO, Stack
+
+RUNNER = r"""
+import importlib, json, sys
+function_dir, layer_dir, event_path = sys.argv[1:4]
+sys.path[:0] = [function_dir, layer_dir]   # /var/task, then /opt/python, as in Lambda
+import app
+from agent_jobs_local.event_source import LambdaContextStub
+loaded = {name: importlib.import_module(name).__file__ for name in ("agent_jobs", "pydantic", "aws_lambda_powertools")}
+result = app.lambda_handler(json.load(open(event_path)), LambdaContextStub(timeout_seconds=120))
+print(json.dumps({"result": result, "app": app.__file__, "loaded": loaded}))
+"""
+
+
+def run_built(build_dir: Path, function: str, event: Path, env: dict[str, str]) -> dict[str, Any]:
+    process = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            RUNNER,
+            str(build_dir / function),
+            str(build_dir / "SharedLayer" / "python"),
+            str(event),
+        ],
+        env={**os.environ, **env, "PYTHONPATH": str(REPO), "POWERTOOLS_TRACE_DISABLED": "true"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert process.returncode == 0, process.stderr
+    output: dict[str, Any] = json.loads(process.stdout.strip().splitlines()[-1])
+    for name, path in output["loaded"].items():
+        assert path.startswith(str(build_dir / "SharedLayer" / "python")), f"{name} not from the built layer: {path}"
+    assert output["app"].startswith(str(build_dir / function))
+    return output["result"]  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def built_env(server_stack: Stack, moto_server: str, tmp_path: Path) -> dict[str, str]:
+    return {**server_stack.env(), "AWS_ENDPOINT_URL": moto_server, "WORKSPACES_ROOT": str(tmp_path / "ws")}
+
+
+def test_built_worker_runs_the_sqs_events(local_build_dir: Path, built_env: dict[str, str], server_stack: Stack):
+    result = run_built(local_build_dir, "JobWorkerFunction", REPO / "events/sqs_fifo_two_workspaces.json", built_env)
+    assert result == {"batchItemFailures": []}
+    assert server_stack.job("job-a-003")["status"] == "SUCCEEDED"
+    # the duplicate-delivery event on the same table: its jobs already took effect, nothing runs twice
+    result = run_built(
+        local_build_dir, "JobWorkerFunction", REPO / "events/sqs_fifo_duplicate_delivery.json", built_env
+    )
+    assert result == {"batchItemFailures": []}
+    assert server_stack.job("job-a-001")["attempt"] == 1
+
+
+def test_built_producer_runs_the_http_events(local_build_dir: Path, built_env: dict[str, str], server_stack: Stack):
+    posted = run_built(local_build_dir, "EnqueueApiFunction", REPO / "events/http_post_job.json", built_env)
+    assert posted["statusCode"] == 202
+    job_id = json.loads(posted["body"])["jobId"]
+    assert server_stack.queue_depth() == 1
+    got = run_built(local_build_dir, "EnqueueApiFunction", REPO / "events/http_get_job.json", built_env)
+    assert got["statusCode"] == 200
+    assert json.loads(got["body"])["jobId"] == job_id
+    invalid = run_built(local_build_dir, "EnqueueApiFunction", REPO / "events/http_post_job_invalid.json", built_env)
+    assert 400 <= invalid["statusCode"] < 500
+    assert server_stack.queue_depth() == 1
