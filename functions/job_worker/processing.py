@@ -155,6 +155,9 @@ class BatchWorker:
             # Another worker took the job over after our lease expired; its outcome stands, not ours.
             self.logger.info("lease lost before completion; leaving the job to its new owner")
             raise RetryLaterError("lease lost", 1)
+        self.logger.info(
+            "job succeeded", extra={"messageId": record.message_id, "sequenceNumber": record.attributes.sequence_number}
+        )
         self._count("JobsSucceeded")
         self.metrics.add_metric(
             name="JobDuration", unit=MetricUnit.Milliseconds, value=(time.monotonic() - started) * 1000
