@@ -5,11 +5,7 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import subprocess
-import sys
 import time
-import urllib.request
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -24,6 +20,7 @@ from agent_jobs.guard import JobGuard, to_item
 from agent_jobs.models import JobMessage, job_message, job_request_adapter
 from agent_jobs.services import Services, build_services
 from agent_jobs.settings import Settings
+from agent_jobs_local.emulator import Emulator
 from agent_jobs_local.event_source import LambdaContextStub, receive_event, settle
 from agent_jobs_local.template import TemplateModel, load_template, provision
 
@@ -123,35 +120,12 @@ def stack() -> Iterator[Stack]:
         yield _make_stack("in-process", boto3.Session(region_name=REGION))
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @pytest.fixture(scope="session")
 def moto_server() -> Iterator[str]:
-    """moto's server in its own process: every call crosses a real HTTP connection."""
-    port = _free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            urllib.request.urlopen(f"{url}/moto-api/data.json", timeout=1)
-            break
-        except OSError:
-            if time.monotonic() > deadline or process.poll() is not None:
-                process.kill()
-                raise RuntimeError("moto server did not start") from None
-            time.sleep(0.1)
-    yield url
-    process.terminate()
-    process.wait(timeout=10)
+    """The local emulator (moto's server, FIFO SequenceNumbers as SQS assigns them) in its own process: every call
+    crosses a real HTTP connection."""
+    with Emulator() as emulator:
+        yield emulator.url
 
 
 @pytest.fixture

@@ -1,0 +1,487 @@
+"""The producer's HTTP API on localhost, as `sam local start-api` serves it, without Docker.
+
+`LocalApiServer` reads the routes from the template (the `HttpApi` events of a function: `POST /jobs`,
+`GET /jobs/{jobId}`), turns each HTTP request into the event API Gateway gives a Lambda integration with payload
+format 2.0, invokes the handler, and turns the handler's answer back into an HTTP response the way API Gateway does.
+
+The event has the keys API Gateway sends and omits the ones it omits when empty (`cookies`,
+`queryStringParameters`, `pathParameters`, `body`), like events/http_post_job.json: header names lower-cased,
+repeated headers comma-joined, the Cookie header moved to `cookies`, hop-by-hop headers (Connection, ...) dropped,
+API Gateway's x-forwarded-* and x-amzn-trace-id added; query parameters comma-joined; path parameters as they appear
+in the path (not URL-decoded); a body that is not text (by Content-Type, or not UTF-8, or with a Content-Encoding)
+base64-encoded with `isBase64Encoded: true`; `requestContext` with accountId, apiId, domainName, domainPrefix,
+http {method, path, protocol, sourceIp, userAgent}, requestId, routeKey, stage `$default`, time and timeEpoch, and
+`authorizer.jwt.claims` when the `authorizer_claims` hook returns claims for the request.
+
+Answers: a response object (statusCode, headers, multiValueHeaders, cookies as Set-Cookie, body, isBase64Encoded) is
+written as is; a response without statusCode is API Gateway's inferred format (200, JSON body); a handler that raises,
+runs past the function's Timeout or answers something unusable gives 500 `{"message":"Internal Server Error"}`; a
+request no route matches gives 404 `{"message":"Not Found"}`.
+
+Invocations run one at a time, as in one Lambda execution environment (the handler module's state, Powertools'
+resolver included, is not made for concurrent invocations); HTTP connections are served concurrently.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import logging
+import re
+import secrets
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from email.utils import formatdate
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING, Any, Final, TypeAlias
+from urllib.parse import parse_qsl, urlsplit
+
+from agent_jobs_local.event_source import LambdaContextStub
+
+if TYPE_CHECKING:
+    from agent_jobs_local.template import TemplateModel
+
+LambdaHandler: TypeAlias = Callable[[dict[str, Any], Any], Any]
+AuthorizerClaims: TypeAlias = Callable[[Mapping[str, str]], Mapping[str, Any] | None]
+"""Given the event's (lower-cased) headers, the verified JWT claims of the caller, or None for no authorizer."""
+
+DEFAULT_ROUTE: Final = "$default"
+_TEXT_MEDIA_TYPES: Final = frozenset(
+    {
+        "application/json",
+        "application/javascript",
+        "application/x-javascript",
+        "application/xml",
+        "application/x-yaml",
+        "application/yaml",
+        "application/graphql",
+    }
+)
+_NOT_FOUND: Final = (HTTPStatus.NOT_FOUND, {"message": "Not Found"})
+_INTERNAL_ERROR: Final = (HTTPStatus.INTERNAL_SERVER_ERROR, {"message": "Internal Server Error"})
+# Hop-by-hop headers (RFC 9110 7.6.1) end at API Gateway; they never reach the integration.
+_HOP_BY_HOP_HEADERS: Final = frozenset(
+    {"connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade"}
+)
+_PATH_VARIABLE: Final = re.compile(r"^\{([A-Za-z0-9._-]+)(\+?)\}$")
+
+logger = logging.getLogger(__name__)
+
+
+class ApiRouteError(ValueError):
+    """The template's HTTP API routes cannot be served as asked; the message says what to change."""
+
+
+@dataclass(frozen=True)
+class HttpRoute:
+    """One `HttpApi` event of a function: `method` (upper case, or ANY) and `path` (`/jobs/{jobId}`), or the
+    `$default` route."""
+
+    function_id: str
+    event_name: str
+    method: str
+    path: str
+
+    @property
+    def route_key(self) -> str:
+        return DEFAULT_ROUTE if self.path == DEFAULT_ROUTE else f"{self.method} {self.path}"
+
+    @property
+    def _segments(self) -> list[str]:
+        return [segment for segment in self.path.split("/") if segment]
+
+    def match(self, method: str, raw_path: str) -> dict[str, str] | None:
+        """The path parameters when this route takes the request, else None."""
+        if self.path == DEFAULT_ROUTE:
+            return {}
+        if self.method not in ("ANY", method):
+            return None
+        parts = [part for part in raw_path.split("/") if part]
+        parameters: dict[str, str] = {}
+        for index, segment in enumerate(self._segments):
+            variable = _PATH_VARIABLE.match(segment)
+            if variable and variable.group(2):  # {name+}: the rest of the path, at least one segment
+                if index >= len(parts):
+                    return None
+                parameters[variable.group(1)] = "/".join(parts[index:])
+                return parameters
+            if index >= len(parts):
+                return None
+            if variable:
+                parameters[variable.group(1)] = parts[index]
+            elif segment != parts[index]:
+                return None
+        return parameters if len(parts) == len(self._segments) else None
+
+    def specificity(self) -> tuple[int, int, int, int]:
+        """API Gateway prefers exact paths, then path variables, then greedy variables, then $default."""
+        if self.path == DEFAULT_ROUTE:
+            return (0, 0, 0, 0)
+        segments = self._segments
+        greedy = any(s.endswith("+}") for s in segments)
+        literal = sum(1 for s in segments if not _PATH_VARIABLE.match(s))
+        return (1, 0 if greedy else 1, literal, 0 if self.method == "ANY" else 1)
+
+
+def http_api_routes(model: TemplateModel, function_id: str | None = None) -> list[HttpRoute]:
+    """The `HttpApi` events of `function_id` (default: the one function that has any) as routes."""
+    routes: list[HttpRoute] = []
+    for candidate in model.resources_of_type("AWS::Serverless::Function"):
+        if function_id is not None and candidate != function_id:
+            continue
+        events: Mapping[str, Any] = model.function_properties(candidate).get("Events") or {}
+        for event_name, event in events.items():
+            if event.get("Type") != "HttpApi":
+                continue
+            properties = event.get("Properties") or {}
+            # Only Path and Method: ApiId is a Ref to an API that is not provisioned locally.
+            path, method = model.resolve(properties.get("Path")), model.resolve(properties.get("Method"))
+            if path is None and method is None:
+                routes.append(HttpRoute(candidate, event_name, "ANY", DEFAULT_ROUTE))
+                continue
+            method = str(method or "ANY").upper()
+            routes.append(
+                HttpRoute(
+                    candidate,
+                    event_name,
+                    "ANY" if method in ("ANY", "X-AMAZON-APIGATEWAY-ANY-METHOD") else method,
+                    str(path or "/"),
+                )
+            )
+    functions = sorted({route.function_id for route in routes})
+    if not routes:
+        raise ApiRouteError(f"no HttpApi events in the template{f' for {function_id}' if function_id else ''}")
+    if len(functions) > 1:
+        raise ApiRouteError(f"HttpApi events belong to several functions {functions}: name one as function_id")
+    return routes
+
+
+def _is_text(content_type: str | None, content_encoding: str | None, body: bytes) -> bool:
+    if content_encoding and content_encoding.strip().lower() not in ("", "identity"):
+        return False
+    media_type = (content_type or "").split(";", 1)[0].strip().lower()
+    texty = (
+        not media_type
+        or media_type.startswith("text/")
+        or media_type in _TEXT_MEDIA_TYPES
+        or media_type.endswith(("+json", "+xml"))
+    )
+    if not texty:
+        return False
+    try:
+        body.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _host_name(host_header: str | None) -> str:
+    """The Host header without its port ("[::1]:80" -> "[::1]")."""
+    host = (host_header or "").strip()
+    if host.startswith("["):
+        return host.split("]", 1)[0] + "]"
+    return host.rsplit(":", 1)[0]
+
+
+def _request_id() -> str:
+    return base64.b64encode(secrets.token_bytes(11)).decode()
+
+
+def _trace_id() -> str:
+    return f"Root=1-{int(time.time()):08x}-{secrets.token_hex(12)}"
+
+
+@dataclass(frozen=True)
+class _Answer:
+    status: int
+    headers: list[tuple[str, str]]
+    body: bytes
+
+
+def _json_answer(status_and_body: tuple[HTTPStatus, dict[str, str]]) -> _Answer:
+    status, body = status_and_body
+    return _Answer(int(status), [("Content-Type", "application/json")], json.dumps(body).encode())
+
+
+def http_answer(response: Any) -> _Answer:
+    """A payload-format-2.0 Lambda response as API Gateway turns it into HTTP; ValueError when it cannot."""
+    if not (isinstance(response, dict) and "statusCode" in response):
+        # API Gateway's inferred format: the whole response is the JSON body of a 200.
+        text = response if isinstance(response, str) else json.dumps(response)
+        return _Answer(200, [("Content-Type", "application/json")], text.encode())
+    status = int(response["statusCode"])
+    if not 100 <= status <= 599:
+        raise ValueError(f"statusCode {status} is not an HTTP status")
+    headers: list[tuple[str, str]] = []
+    for name, values in (response.get("multiValueHeaders") or {}).items():
+        headers.extend((str(name), str(value)) for value in values)
+    headers.extend((str(name), str(value)) for name, value in (response.get("headers") or {}).items())
+    headers.extend(("Set-Cookie", str(cookie)) for cookie in response.get("cookies") or [])
+    raw = response.get("body")
+    if raw is None:
+        body = b""
+    elif response.get("isBase64Encoded"):
+        body = base64.b64decode(str(raw), validate=True)
+    else:
+        body = (raw if isinstance(raw, str) else json.dumps(raw)).encode()
+    return _Answer(status, headers, body)
+
+
+class LocalApiServer:
+    """The HTTP API of `model`'s function (`function_id`, default the one with HttpApi events) on `host:port`
+    (0 = a free port), invoking `handler(event, context)`; the context counts down from the function's Timeout.
+
+    `authorizer_claims(headers)` stands in for a JWT authorizer: when it returns claims, they are the request's
+    `requestContext.authorizer.jwt.claims`. `start()` serves in a background thread; `url` is the base URL
+    (`http://127.0.0.1:<port>`); `stop()` shuts the server down. Also a context manager.
+    """
+
+    def __init__(
+        self,
+        model: TemplateModel,
+        handler: LambdaHandler,
+        *,
+        function_id: str | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        authorizer_claims: AuthorizerClaims | None = None,
+    ) -> None:
+        self.model = model
+        self.handler = handler
+        self.routes = sorted(http_api_routes(model, function_id), key=HttpRoute.specificity, reverse=True)
+        self.function_id = self.routes[0].function_id
+        settings = model.function_settings(self.function_id)
+        self.timeout_seconds = settings.timeout_seconds
+        self.memory_size_mb = settings.memory_size_mb
+        self.authorizer_claims = authorizer_claims
+        api_name = f"{model.stack_name}/{self.routes[0].event_name}"
+        self.api_id = hashlib.sha256(api_name.encode()).hexdigest()[:10]
+        self._invocation_lock = threading.Lock()
+        self._server = ThreadingHTTPServer((host, port), self._request_handler_class())
+        self._server.daemon_threads = True
+        self._thread: threading.Thread | None = None
+
+    @property
+    def host(self) -> str:
+        return str(self._server.server_address[0])
+
+    @property
+    def port(self) -> int:
+        return int(self._server.server_address[1])
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def start(self) -> LocalApiServer:
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self._server.serve_forever, args=(0.1,), name="local-http-api", daemon=True
+            )
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self._server.shutdown()
+            self._thread.join(timeout=10)
+            self._thread = None
+        self._server.server_close()
+
+    def __enter__(self) -> LocalApiServer:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    # --- request -> event -> response --------------------------------------------------------------------------
+
+    def route(self, method: str, raw_path: str) -> tuple[HttpRoute, dict[str, str]] | None:
+        for route in self.routes:
+            parameters = route.match(method, raw_path)
+            if parameters is not None:
+                return route, parameters
+        return None
+
+    def build_event(
+        self,
+        *,
+        route: HttpRoute,
+        path_parameters: Mapping[str, str],
+        method: str,
+        target: str,
+        protocol: str,
+        header_items: list[tuple[str, str]],
+        body: bytes,
+        source_ip: str,
+        server_port: int,
+    ) -> dict[str, Any]:
+        """The payload-format-2.0 event for one request (`target` is the request line's path and query)."""
+        split = urlsplit(target)
+        raw_path = split.path or "/"
+        headers: dict[str, str] = {}
+        cookies: list[str] = []
+        for name, value in header_items:
+            key = name.lower()
+            if key in _HOP_BY_HOP_HEADERS:
+                continue
+            if key == "cookie":
+                cookies.extend(part.strip() for part in value.split(";") if part.strip())
+                continue
+            headers[key] = f"{headers[key]},{value}" if key in headers else value
+        headers.setdefault("x-amzn-trace-id", _trace_id())
+        headers["x-forwarded-for"] = (
+            f"{headers['x-forwarded-for']}, {source_ip}" if "x-forwarded-for" in headers else source_ip
+        )
+        headers["x-forwarded-port"] = str(server_port)
+        headers["x-forwarded-proto"] = "http"
+        query: dict[str, str] = {}
+        for key, value in parse_qsl(split.query, keep_blank_values=True):
+            query[key] = f"{query[key]},{value}" if key in query else value
+        host = _host_name(headers.get("host")) or self.host
+        now = time.time()
+        context: dict[str, Any] = {
+            "accountId": self.model.account_id,
+            "apiId": self.api_id,
+            "domainName": host,
+            "domainPrefix": host.split(".", 1)[0],
+            "http": {
+                "method": method,
+                "path": raw_path,
+                "protocol": protocol,
+                "sourceIp": source_ip,
+                "userAgent": headers.get("user-agent", ""),
+            },
+            "requestId": _request_id(),
+            "routeKey": route.route_key,
+            "stage": "$default",
+            "time": datetime.fromtimestamp(now, UTC).strftime("%d/%b/%Y:%H:%M:%S +0000"),
+            "timeEpoch": int(now * 1000),
+        }
+        if self.authorizer_claims is not None:
+            claims = self.authorizer_claims(dict(headers))
+            if claims is not None:
+                context["authorizer"] = {"jwt": {"claims": dict(claims), "scopes": None}}
+        event: dict[str, Any] = {"version": "2.0", "routeKey": route.route_key, "rawPath": raw_path}
+        event["rawQueryString"] = split.query
+        if cookies:
+            event["cookies"] = cookies
+        event["headers"] = headers
+        if query:
+            event["queryStringParameters"] = query
+        event["requestContext"] = context
+        is_base64 = False
+        if body:
+            is_base64 = not _is_text(headers.get("content-type"), headers.get("content-encoding"), body)
+            event["body"] = base64.b64encode(body).decode() if is_base64 else body.decode("utf-8")
+        if path_parameters:
+            event["pathParameters"] = dict(path_parameters)
+        event["isBase64Encoded"] = is_base64
+        return event
+
+    def invoke(self, event: dict[str, Any]) -> _Answer:
+        """Run the handler on `event` as one invocation and translate its answer (500 on any failure)."""
+        context = LambdaContextStub(
+            timeout_seconds=self.timeout_seconds, function_name=self.function_id, memory_limit_in_mb=self.memory_size_mb
+        )
+        with self._invocation_lock:
+            started = time.monotonic()
+            try:
+                response = self.handler(event, context)
+            except Exception:
+                logger.exception("%s raised: API Gateway answers 500", self.function_id)
+                return _json_answer(_INTERNAL_ERROR)
+            elapsed = time.monotonic() - started
+        if elapsed > self.timeout_seconds:
+            logger.error(
+                "%s ran %.1f s, past its Timeout of %s s: API Gateway answers 500",
+                self.function_id,
+                elapsed,
+                self.timeout_seconds,
+            )
+            return _json_answer(_INTERNAL_ERROR)
+        try:
+            return http_answer(json.loads(json.dumps(response)))
+        except (TypeError, ValueError):
+            logger.exception("%s answered something API Gateway cannot use: 500", self.function_id)
+            return _json_answer(_INTERNAL_ERROR)
+
+    def _request_handler_class(self) -> type[BaseHTTPRequestHandler]:
+        api = self
+
+        class RequestHandler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def _handle(self) -> None:
+                body = self._read_body()
+                split = urlsplit(self.path)
+                matched = api.route(self.command, split.path or "/")
+                if matched is None:
+                    answer = _json_answer(_NOT_FOUND)
+                    request_id = _request_id()
+                else:
+                    route, parameters = matched
+                    event = api.build_event(
+                        route=route,
+                        path_parameters=parameters,
+                        method=self.command,
+                        target=self.path,
+                        protocol=self.request_version,
+                        header_items=list(self.headers.items()),
+                        body=body,
+                        source_ip=str(self.client_address[0]),
+                        server_port=api.port,
+                    )
+                    request_id = event["requestContext"]["requestId"]
+                    answer = api.invoke(event)
+                self._write(answer, request_id)
+
+            def _read_body(self) -> bytes:
+                if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+                    chunks: list[bytes] = []
+                    while True:
+                        size = int(self.rfile.readline().split(b";", 1)[0].strip() or b"0", 16)
+                        if size == 0:
+                            while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                                pass
+                            return b"".join(chunks)
+                        chunks.append(self.rfile.read(size))
+                        self.rfile.readline()
+                length = int(self.headers.get("Content-Length") or 0)
+                return self.rfile.read(length) if length > 0 else b""
+
+            def _write(self, answer: _Answer, request_id: str) -> None:
+                self.send_response_only(answer.status)
+                self.send_header("Date", formatdate(usegmt=True))
+                for name, value in answer.headers:
+                    if name.lower() not in ("content-length", "transfer-encoding", "connection"):
+                        self.send_header(name, value)
+                self.send_header("Content-Length", str(len(answer.body)))
+                self.send_header("Apigw-Requestid", request_id)
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(answer.body)
+
+            do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_OPTIONS = do_HEAD = _handle
+
+            def log_message(self, format: str, *args: Any) -> None:
+                logger.debug("%s %s", self.address_string(), format % args)
+
+        return RequestHandler
+
+
+__all__ = [
+    "DEFAULT_ROUTE",
+    "ApiRouteError",
+    "AuthorizerClaims",
+    "HttpRoute",
+    "LambdaHandler",
+    "LocalApiServer",
+    "http_answer",
+    "http_api_routes",
+]

@@ -1,0 +1,536 @@
+"""Lambda's SQS event source mapping for the worker, run locally: pollers, batches, warm environments, settling.
+
+Faithful to what DESIGN.md ("Local runtime") asks, with every setting read from the template model and none kept
+here: batches of up to the event source's BatchSize from its queue (the queue's own visibility timeout applies); up to
+ScalingConfig.MaximumConcurrency concurrent invocations; each invocation gets a context whose remaining time counts
+down from the function's Timeout, and is killed at that Timeout; the function's CodeUri and Handler are what runs,
+with its layers. Settling follows the event source mapping with ReportBatchItemFailures (required: without it the
+poller refuses to start, because Lambda would then delete or retry whole batches and the worker's per-group failure
+reports would be ignored):
+
+- a normal response: records not listed in `batchItemFailures` are deleted, listed ones are left to the queue;
+- Lambda's success/failure rules for the response: `None`, `{}`, a missing or null or empty `batchItemFailures` are
+  complete success; a response that is not an object, a `batchItemFailures` that is not a list, or an entry whose
+  `itemIdentifier` is missing, empty or not a message of the batch make the whole batch failed (nothing deleted);
+- the handler raised (a function error), the invocation timed out, or the process crashed: nothing is deleted, the
+  records come back after their visibility timeout and the queue's redrive policy decides about the DLQ. A timeout or
+  a crash ends the environment (the next invocation of that poller is a cold start); after a function error the
+  environment stays warm, as Lambda keeps it.
+
+Each poller thread owns at most one warm environment (`execution_environment.ExecutionEnvironment`, a spawned process),
+started when the thread first has a batch to run: a cold start (the Init phase is not part of the invocation's
+Timeout, as in Lambda).
+
+Polling uses short ReceiveMessage calls with a pause between empty ones that doubles up to a second while a poller
+finds nothing (moto's long poll re-scans a FIFO queue without pausing while its visible messages belong to groups in
+flight). Not emulated: MaximumBatchingWindowInSeconds (this template sets none; a batch is whatever one receive
+returns), Lambda's gradual scaling of pollers (all `concurrency` pollers start at once), and the Init phase limit
+(generous here, see `execution_environment.INIT_TIMEOUT_SECONDS`).
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+from agent_jobs_local.event_source import receive_event, settle
+from agent_jobs_local.execution_environment import (
+    ExecutionEnvironment,
+    FunctionSpec,
+    InvocationResult,
+    Outcome,
+    lambda_environment,
+)
+
+if TYPE_CHECKING:
+    from mypy_boto3_sqs.client import SQSClient
+
+    from agent_jobs_local.template import TemplateModel
+
+PROJECT_ROOT: Final = Path(__file__).resolve().parent.parent
+REPORT_BATCH_ITEM_FAILURES: Final = "ReportBatchItemFailures"
+# Lambda starts five pollers for an SQS event source without a MaximumConcurrency.
+DEFAULT_CONCURRENCY: Final = 5
+# Time for the event and the answer to cross the pipe, on top of the invocation's Timeout.
+INVOCATION_SLACK_SECONDS: Final = 0.5
+_FIRST_POLL_PAUSE: Final = 0.05
+_LONGEST_POLL_PAUSE: Final = 1.0
+_LOG_LENGTH: Final = 10_000
+
+logger = logging.getLogger(__name__)
+
+
+class EventSourceError(ValueError):
+    """The template's event source cannot be run as Lambda would; the message says what to change."""
+
+
+@dataclass(frozen=True)
+class PollerStats:
+    """A consistent snapshot of what the event source mapping has done so far.
+
+    `batches` counts non-empty receives; `invocations` counts handler invocations started (a batch whose environment
+    failed to initialise is an `init_errors`, not an invocation). Every received record ends up in exactly one of
+    `records_deleted`, `records_reported_failed` (listed in a normal response's batchItemFailures) or
+    `records_in_failed_invocations` (a function error, timeout, crash, malformed response or init error, or a
+    DeleteMessageBatch call that failed: all of them are left to the queue).
+    `batch_sizes` maps a batch size to how many invocations received a batch of that size.
+    """
+
+    invocations: int = 0
+    cold_starts: int = 0
+    init_errors: int = 0
+    timeouts: int = 0
+    crashes: int = 0
+    handler_errors: int = 0
+    malformed_responses: int = 0
+    batches: int = 0
+    records_received: int = 0
+    records_deleted: int = 0
+    records_reported_failed: int = 0
+    records_in_failed_invocations: int = 0
+    max_concurrent_invocations: int = 0
+    batch_sizes: Mapping[int, int] = field(default_factory=dict)
+
+    @property
+    def largest_batch(self) -> int:
+        return max(self.batch_sizes, default=0)
+
+    @property
+    def failed_invocations(self) -> int:
+        return self.timeouts + self.crashes + self.handler_errors + self.malformed_responses
+
+
+@dataclass(frozen=True)
+class InvocationRecord:
+    """One batch's fate, in the order batches were received. `outcome` is an `Outcome` value ("ok", "function_error",
+    "timeout", "crash", "init_error"), "malformed" (a response Lambda counts as a failed batch) or "settle_error"."""
+
+    poller: int
+    cold_start: bool
+    message_ids: tuple[str, ...]
+    outcome: str
+    error: str | None
+    deleted: int
+    reported_failed: int
+    duration_seconds: float
+    environment_pid: int | None
+
+
+@dataclass
+class _Counters:
+    invocations: int = 0
+    cold_starts: int = 0
+    init_errors: int = 0
+    timeouts: int = 0
+    crashes: int = 0
+    handler_errors: int = 0
+    malformed_responses: int = 0
+    batches: int = 0
+    records_received: int = 0
+    records_deleted: int = 0
+    records_reported_failed: int = 0
+    records_in_failed_invocations: int = 0
+    max_concurrent_invocations: int = 0
+    batch_sizes: collections.Counter[int] = field(default_factory=collections.Counter)
+
+
+def reported_failures(response: Any, message_ids: Sequence[str]) -> set[str] | None:
+    """The message ids a response reports failed, by Lambda's rules; None when the whole batch counts as failed."""
+    if response is None:
+        return set()
+    if not isinstance(response, dict):
+        return None
+    failures = response.get("batchItemFailures")
+    if failures is None:
+        return set()
+    if not isinstance(failures, list):
+        return None
+    known = set(message_ids)
+    reported: set[str] = set()
+    for failure in failures:
+        identifier = failure.get("itemIdentifier") if isinstance(failure, dict) else None
+        if not isinstance(identifier, str) or identifier not in known:
+            return None
+        reported.add(identifier)
+    return reported
+
+
+class EventSourcePoller:
+    """The worker's SQS event source mapping (see the module docstring), on `queue_url`.
+
+    Keyword arguments:
+      model: the template; BatchSize, ScalingConfig.MaximumConcurrency, FunctionResponseTypes, the function's Timeout,
+        MemorySize, CodeUri, Handler and Layers and the event source's queue are read from it.
+      queue_url, queue_arn, region: the provisioned queue the event source names (checked against the template).
+      function_env: the worker's environment variables (the template's, resolved; the runtime computes them).
+      endpoint_url: passed to the function as AWS_ENDPOINT_URL, and used by the pollers; None means AWS itself.
+      time_scale: multiplies the function Timeout used for invocations (the caller scales the queue's visibility
+        timeout to match).
+      concurrency: number of pollers (= most concurrent invocations); default ScalingConfig.MaximumConcurrency, at
+        most ReservedConcurrentExecutions, else 5.
+      worker_bootstrap, bootstrap_config: `"package.module:function"` called in each environment right after the
+        handler module is imported, as `function(handler_module, bootstrap_config)`; it may wrap the handler (the
+        handler is looked up after it returns). The project root is on the environment's `sys.path`.
+      layer_paths: folders that stand for /opt/python; default the ContentUri of each of the function's Layers that
+        is a layer of the template (layers/shared).
+      poll_wait_seconds: how long one receive waits for messages before the poller loops.
+      template_dir: the folder relative CodeUri/ContentUri paths are resolved against; default the project root.
+
+    `start()`, `stop()`, `drain(timeout)`, `stats` (a `PollerStats`) and `invocation_log()` are the interface.
+    """
+
+    def __init__(
+        self,
+        *,
+        model: TemplateModel,
+        queue_url: str,
+        queue_arn: str,
+        region: str,
+        function_env: Mapping[str, str],
+        endpoint_url: str | None = None,
+        time_scale: float = 1.0,
+        concurrency: int | None = None,
+        worker_bootstrap: str | None = None,
+        bootstrap_config: Mapping[str, Any] | None = None,
+        layer_paths: Sequence[Path] | None = None,
+        poll_wait_seconds: float = 1,
+        template_dir: Path | None = None,
+    ) -> None:
+        if time_scale <= 0:
+            raise ValueError(f"time_scale must be positive, got {time_scale}")
+        worker = model.worker
+        source, function = worker.event_source, worker.function
+        if REPORT_BATCH_ITEM_FAILURES not in source.function_response_types:
+            raise EventSourceError(
+                f"{function.function_id}'s SQS event source has FunctionResponseTypes "
+                f"{list(source.function_response_types)}; add {REPORT_BATCH_ITEM_FAILURES} to run it: without it "
+                "Lambda ignores batchItemFailures and deletes or retries whole batches"
+            )
+        expected_queue = model.queue_name(source.queue_id)
+        if queue_arn.rsplit(":", 1)[-1] != expected_queue:
+            raise EventSourceError(
+                f"{function.function_id} consumes {source.queue_id} ({expected_queue}), not {queue_arn}: pass the "
+                "queue the template's event source names"
+            )
+        self.model = model
+        self.function_id = function.function_id
+        self.queue_url = queue_url
+        self.queue_arn = queue_arn
+        self.region = region
+        self.endpoint_url = endpoint_url
+        self.time_scale = time_scale
+        self.batch_size = source.batch_size
+        self.function_timeout_seconds = function.timeout_seconds
+        self.invocation_timeout_seconds = function.timeout_seconds * time_scale
+        self.concurrency = concurrency or self._template_concurrency(model)
+        if self.concurrency < 1:
+            raise ValueError(f"concurrency must be at least 1, got {self.concurrency}")
+        self.poll_wait_seconds = poll_wait_seconds
+        base = (template_dir or PROJECT_ROOT).resolve()
+        code_dir = (base / function.code_uri).resolve()
+        if not code_dir.is_dir():
+            raise EventSourceError(f"{function.function_id} CodeUri {function.code_uri} is not a folder ({code_dir})")
+        layers = [Path(p).resolve() for p in layer_paths] if layer_paths is not None else self._layer_dirs(model, base)
+        environment = lambda_environment(
+            function_env,
+            function_id=function.function_id,
+            handler=function.handler,
+            code_dir=code_dir,
+            region=region,
+            timeout_seconds=self.invocation_timeout_seconds,
+            memory_size_mb=function.memory_size_mb,
+            endpoint_url=endpoint_url,
+        )
+        self.spec = FunctionSpec(
+            function_id=function.function_id,
+            code_dir=code_dir,
+            handler=function.handler,
+            environment=environment,
+            layer_dirs=tuple(layers),
+            memory_size_mb=function.memory_size_mb,
+            bootstrap=worker_bootstrap,
+            bootstrap_config=dict(bootstrap_config) if bootstrap_config is not None else None,
+        )
+        self.spec.module_name  # noqa: B018 - refuse a malformed Handler now, not in every environment
+
+        self._lock = threading.Lock()
+        self._counters = _Counters()
+        self._active = 0
+        self._log: collections.deque[InvocationRecord] = collections.deque(maxlen=_LOG_LENGTH)
+        self._stopping = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    # --- template ----------------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _template_concurrency(model: TemplateModel) -> int:
+        worker = model.worker
+        limits = [n for n in (worker.maximum_concurrency, worker.function.reserved_concurrency) if n is not None]
+        return min(limits) if limits else DEFAULT_CONCURRENCY
+
+    def _layer_dirs(self, model: TemplateModel, base: Path) -> list[Path]:
+        layers = model.function_properties(self.function_id).get("Layers") or []
+        folders: list[Path] = []
+        for layer in layers:
+            logical_id = layer.get("Ref") if isinstance(layer, dict) else None
+            spec = model.resources.get(logical_id) if isinstance(logical_id, str) else None
+            if not spec or spec.get("Type") != "AWS::Serverless::LayerVersion":
+                continue  # a layer from outside the template (an ARN) has no local source
+            content = (spec.get("Properties") or {}).get("ContentUri")
+            if isinstance(content, str):
+                folder = (base / content).resolve()
+                if not folder.is_dir():
+                    raise EventSourceError(f"layer {logical_id} ContentUri {content} is not a folder ({folder})")
+                folders.append(folder)
+        return folders
+
+    # --- lifecycle ---------------------------------------------------------------------------------------------
+
+    def start(self) -> EventSourcePoller:
+        """Start the pollers (environments start with their first batch)."""
+        if self._threads:
+            return self
+        self._stopping.clear()
+        for index in range(self.concurrency):
+            thread = threading.Thread(target=self._poll, args=(index,), name=f"sqs-poller-{index}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        return self
+
+    def stop(self) -> None:
+        """Stop polling; in-flight invocations finish (up to their timeout) and are settled; environments end."""
+        self._stopping.set()
+        deadline = time.monotonic() + self.invocation_timeout_seconds + self.poll_wait_seconds + 30
+        for thread in self._threads:
+            thread.join(timeout=max(0.1, deadline - time.monotonic()))
+        self._threads = []
+
+    def __enter__(self) -> EventSourcePoller:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    @property
+    def running(self) -> bool:
+        return any(thread.is_alive() for thread in self._threads)
+
+    # --- observation -------------------------------------------------------------------------------------------
+
+    @property
+    def stats(self) -> PollerStats:
+        with self._lock:
+            counters = self._counters
+            return PollerStats(
+                invocations=counters.invocations,
+                cold_starts=counters.cold_starts,
+                init_errors=counters.init_errors,
+                timeouts=counters.timeouts,
+                crashes=counters.crashes,
+                handler_errors=counters.handler_errors,
+                malformed_responses=counters.malformed_responses,
+                batches=counters.batches,
+                records_received=counters.records_received,
+                records_deleted=counters.records_deleted,
+                records_reported_failed=counters.records_reported_failed,
+                records_in_failed_invocations=counters.records_in_failed_invocations,
+                max_concurrent_invocations=counters.max_concurrent_invocations,
+                batch_sizes=dict(sorted(counters.batch_sizes.items())),
+            )
+
+    def invocation_log(self) -> list[InvocationRecord]:
+        """The most recent batches (up to 10 000), oldest first."""
+        with self._lock:
+            return list(self._log)
+
+    def queue_depth(self, sqs: SQSClient | None = None) -> int:
+        """Messages visible, in flight or delayed on the queue (SQS's approximate counts)."""
+        client = sqs or self._client()
+        attributes = client.get_queue_attributes(
+            QueueUrl=self.queue_url,
+            AttributeNames=[
+                "ApproximateNumberOfMessages",
+                "ApproximateNumberOfMessagesNotVisible",
+                "ApproximateNumberOfMessagesDelayed",
+            ],
+        )["Attributes"]
+        return sum(int(value) for value in attributes.values())
+
+    def drain(self, timeout: float, *, interval: float = 0.2, consecutive: int = 2) -> bool:
+        """Wait until the queue has no visible, in-flight or delayed message on `consecutive` checks in a row;
+        False when `timeout` seconds pass first."""
+        sqs = self._client()
+        deadline = time.monotonic() + timeout
+        empty_checks = 0
+        while True:
+            empty_checks = empty_checks + 1 if self.queue_depth(sqs) == 0 else 0
+            if empty_checks >= consecutive:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(interval)
+
+    # --- the pollers -------------------------------------------------------------------------------------------
+
+    def _client(self) -> SQSClient:
+        import boto3
+        from botocore.config import Config
+
+        # A client per poller thread; standard retries ride out a busy emulator.
+        config = Config(retries={"mode": "standard", "max_attempts": 5}, connect_timeout=5, read_timeout=30)
+        return boto3.session.Session(region_name=self.region).client(
+            "sqs", endpoint_url=self.endpoint_url, config=config
+        )
+
+    def _receive(self, sqs: SQSClient, idle: list[float]) -> dict[str, Any]:
+        """One receive of up to BatchSize records, waiting up to poll_wait_seconds. `idle` holds the thread's current
+        pause between empty polls: it doubles while the queue has nothing for this poller and resets with records."""
+        deadline = time.monotonic() + self.poll_wait_seconds
+        while True:
+            event = receive_event(
+                sqs, self.queue_url, queue_arn=self.queue_arn, region=self.region, batch_size=self.batch_size
+            )
+            if event["Records"]:
+                idle[0] = _FIRST_POLL_PAUSE
+                return event
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or self._stopping.is_set():
+                return event
+            self._stopping.wait(min(idle[0], remaining))
+            idle[0] = min(idle[0] * 2, _LONGEST_POLL_PAUSE)
+
+    def _poll(self, index: int) -> None:
+        sqs = self._client()
+        idle = [_FIRST_POLL_PAUSE]
+        environment: ExecutionEnvironment | None = None
+        try:
+            while not self._stopping.is_set():
+                try:
+                    event = self._receive(sqs, idle)
+                except Exception:  # the emulator restarting or unreachable: poll again, as Lambda's pollers do
+                    logger.warning(
+                        "poller %d could not receive from %s; retrying", index, self.queue_url, exc_info=True
+                    )
+                    self._stopping.wait(_LONGEST_POLL_PAUSE)
+                    continue
+                if not event["Records"]:
+                    continue
+                try:
+                    environment = self._run_batch(index, sqs, event, environment)
+                except Exception:  # e.g. no process could be started: the batch is left to the queue, as on a crash
+                    logger.exception(
+                        "poller %d could not run a batch; its records return after their visibility", index
+                    )
+                    if environment is not None:
+                        environment.kill()
+                    environment = None
+        finally:
+            if environment is not None:
+                environment.shutdown()
+
+    def _run_batch(
+        self, index: int, sqs: SQSClient, event: dict[str, Any], environment: ExecutionEnvironment | None
+    ) -> ExecutionEnvironment | None:
+        message_ids = tuple(str(record["messageId"]) for record in event["Records"])
+        with self._lock:
+            self._counters.batches += 1
+            self._counters.records_received += len(message_ids)
+
+        cold_start = environment is None or not environment.alive
+        if environment is None or not environment.alive:
+            environment = ExecutionEnvironment(self.spec)
+            with self._lock:
+                self._counters.cold_starts += 1
+            init = environment.wait_until_ready()
+            if init.outcome is not Outcome.OK:
+                self._record(index, cold_start, message_ids, init, environment.pid, outcome=str(init.outcome))
+                return None
+
+        with self._lock:
+            self._active += 1
+            self._counters.max_concurrent_invocations = max(self._counters.max_concurrent_invocations, self._active)
+        try:
+            result = environment.invoke(
+                event, timeout_seconds=self.invocation_timeout_seconds, slack_seconds=INVOCATION_SLACK_SECONDS
+            )
+        finally:
+            with self._lock:
+                self._active -= 1
+
+        deleted: list[str] = []
+        reported: set[str] = set()
+        outcome = str(result.outcome)
+        if result.outcome is Outcome.OK:
+            failures = reported_failures(result.response, message_ids)
+            if failures is None:
+                outcome = "malformed"
+            else:
+                reported = failures
+                try:
+                    deleted = settle(
+                        sqs, self.queue_url, event, {"batchItemFailures": [{"itemIdentifier": i} for i in failures]}
+                    )
+                except Exception as error:  # the records stay on the queue until their visibility timeout
+                    outcome = "settle_error"
+                    result = replace(result, error=f"DeleteMessageBatch failed: {error!r}")
+        self._record(
+            index, cold_start, message_ids, result, environment.pid, outcome=outcome, deleted=deleted, reported=reported
+        )
+        return environment if result.outcome in (Outcome.OK, Outcome.FUNCTION_ERROR) else None
+
+    def _record(
+        self,
+        index: int,
+        cold_start: bool,
+        message_ids: tuple[str, ...],
+        result: InvocationResult,
+        pid: int | None,
+        *,
+        outcome: str,
+        deleted: Sequence[str] = (),
+        reported: set[str] | None = None,
+    ) -> None:
+        reported = reported or set()
+        with self._lock:
+            counters = self._counters
+            if outcome == str(Outcome.INIT_ERROR):
+                counters.init_errors += 1
+            else:
+                counters.invocations += 1
+                counters.batch_sizes[len(message_ids)] += 1
+            match outcome:
+                case Outcome.TIMEOUT:
+                    counters.timeouts += 1
+                case Outcome.CRASH:
+                    counters.crashes += 1
+                case Outcome.FUNCTION_ERROR:
+                    counters.handler_errors += 1
+                case "malformed":
+                    counters.malformed_responses += 1
+            if outcome == str(Outcome.OK):
+                counters.records_deleted += len(deleted)
+                counters.records_reported_failed += len(reported)
+            else:
+                counters.records_in_failed_invocations += len(message_ids)
+            self._log.append(
+                InvocationRecord(
+                    poller=index,
+                    cold_start=cold_start,
+                    message_ids=message_ids,
+                    outcome=outcome,
+                    error=result.error,
+                    deleted=len(deleted),
+                    reported_failed=len(reported),
+                    duration_seconds=result.duration_seconds,
+                    environment_pid=pid,
+                )
+            )
+
+
+__all__ = ["EventSourceError", "EventSourcePoller", "InvocationRecord", "PollerStats", "reported_failures"]

@@ -1,0 +1,273 @@
+"""The local emulator: moto's server in its own process, numbering FIFO messages in the order the queue accepts them."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+import uuid
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+
+from agent_jobs_local.emulator import Emulator
+
+REGION = "us-east-1"
+
+
+def fifo_queue(endpoint: str) -> tuple[Any, str]:
+    sqs = boto3.client("sqs", endpoint_url=endpoint, region_name=REGION)
+    url = sqs.create_queue(
+        QueueName=f"seq-{uuid.uuid4().hex[:8]}.fifo",
+        Attributes={"FifoQueue": "true", "ContentBasedDeduplication": "false", "VisibilityTimeout": "30"},
+    )["QueueUrl"]
+    return sqs, url
+
+
+def receive_all(sqs: Any, url: str, expected: int) -> list[dict[str, Any]]:
+    """Every message in queue order (a FIFO group is delivered again only once its batch is deleted)."""
+    received: list[dict[str, Any]] = []
+    while len(received) < expected:
+        messages = sqs.receive_message(
+            QueueUrl=url, MaxNumberOfMessages=10, MessageSystemAttributeNames=["All"], WaitTimeSeconds=0
+        ).get("Messages", [])
+        assert messages, f"the queue ran dry after {len(received)} of {expected} messages"
+        received.extend(messages)
+        sqs.delete_message_batch(
+            QueueUrl=url, Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(messages)]
+        )
+    return received
+
+
+def test_emulator_numbers_fifo_messages_in_send_order(moto_server: str) -> None:
+    # Given 50 messages sent to one group, singly and in batches
+    sqs, url = fifo_queue(moto_server)
+    sent: list[str] = []
+    for n in range(20):
+        sent.append(
+            sqs.send_message(QueueUrl=url, MessageBody=str(n), MessageGroupId="g", MessageDeduplicationId=f"d{n}")[
+                "SequenceNumber"
+            ]
+        )
+    for start in range(20, 50, 10):
+        entries = [
+            {"Id": str(n), "MessageBody": str(n), "MessageGroupId": "g", "MessageDeduplicationId": f"d{n}"}
+            for n in range(start, start + 10)
+        ]
+        sent.extend(
+            entry["SequenceNumber"] for entry in sqs.send_message_batch(QueueUrl=url, Entries=entries)["Successful"]
+        )
+
+    # When every message is received
+    received = receive_all(sqs, url, 50)
+
+    # Then they come in send order, numbered increasingly, with the numbers the sends returned
+    assert [m["Body"] for m in received] == [str(n) for n in range(50)]
+    numbers = [m["Attributes"]["SequenceNumber"] for m in received]
+    assert numbers == sent
+    assert all(len(number) == 20 and number.isdigit() for number in numbers)
+    assert numbers == sorted(numbers, key=int)
+    assert len(set(numbers)) == 50
+
+
+def test_emulator_numbers_follow_queue_order_with_concurrent_senders(moto_server: str) -> None:
+    # Given 4 senders racing to send 15 messages each to one group
+    sqs, url = fifo_queue(moto_server)
+
+    def send(sender: int) -> None:
+        client = boto3.client("sqs", endpoint_url=moto_server, region_name=REGION)
+        for n in range(15):
+            client.send_message(
+                QueueUrl=url, MessageBody=f"{sender}-{n}", MessageGroupId="g", MessageDeduplicationId=f"{sender}-{n}"
+            )
+
+    senders = [threading.Thread(target=send, args=(sender,)) for sender in range(4)]
+    for thread in senders:
+        thread.start()
+    for thread in senders:
+        thread.join()
+
+    # Then the order the queue delivers them in (its acceptance order) is SequenceNumber order
+    numbers = [int(m["Attributes"]["SequenceNumber"]) for m in receive_all(sqs, url, 60)]
+    assert numbers == sorted(numbers)
+    assert len(set(numbers)) == 60
+
+
+def test_emulator_redelivers_an_expired_fifo_batch_in_group_order(moto_server: str) -> None:
+    # Given two groups whose messages were all received and not deleted (an invocation that crashed)
+    sqs = boto3.client("sqs", endpoint_url=moto_server, region_name=REGION)
+    url = sqs.create_queue(
+        QueueName=f"redeliver-{uuid.uuid4().hex[:8]}.fifo", Attributes={"FifoQueue": "true", "VisibilityTimeout": "1"}
+    )["QueueUrl"]
+    groups = {"a": ["a0", "a1", "a2"], "b": ["b0", "b1"]}
+    for group, bodies in groups.items():
+        for body in bodies:
+            sqs.send_message(QueueUrl=url, MessageBody=body, MessageGroupId=group, MessageDeduplicationId=body)
+    first = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
+    assert len(first) == 5
+
+    # When their visibility timeout has passed and they are received again
+    time.sleep(1.5)
+    again = [m["Body"] for m in sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]]
+
+    # Then each group comes back from its first message, in order (moto alone delivers a2 and b1 first)
+    assert again
+    for bodies in groups.values():
+        delivered = [body for body in again if body in bodies]
+        assert delivered == bodies[: len(delivered)]
+
+
+def test_emulator_answers_and_stops() -> None:
+    emulator = Emulator().start()
+    try:
+        with urllib.request.urlopen(f"{emulator.url}/moto-api/data.json", timeout=5) as response:
+            assert response.status == 200
+        assert emulator.running
+        url = emulator.url
+    finally:
+        emulator.stop()
+
+    assert not emulator.running
+    with pytest.raises(urllib.error.URLError):
+        urllib.request.urlopen(f"{url}/moto-api/data.json", timeout=2)
+
+
+def _process_gone(pid: int) -> bool:
+    status = Path(f"/proc/{pid}/status")
+    try:
+        state = next(line for line in status.read_text().splitlines() if line.startswith("State:"))
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+    return "zombie" in state or "(Z)" in state
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads process states from /proc")
+def test_emulator_exits_when_its_parent_dies() -> None:
+    # Given a process that started an emulator
+    parent = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import time; from agent_jobs_local.emulator import Emulator; e = Emulator().start(); "
+            "print(e._process.pid, flush=True); time.sleep(120)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+    )
+    assert parent.stdout is not None
+    emulator_pid = int(parent.stdout.readline())
+
+    # When that process is killed without a chance to stop it
+    parent.kill()
+    parent.wait()
+
+    # Then the emulator goes too
+    deadline = time.monotonic() + 15
+    while not _process_gone(emulator_pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _process_gone(emulator_pid)
+
+
+def test_emulator_never_hands_one_group_to_two_concurrent_receivers(moto_server: str) -> None:
+    # Given a FIFO group "g" of 40 messages behind a long blocked group (which makes each receive scan for a while),
+    # and eight consumers receiving at once, none deleting anything
+    sqs, url = fifo_queue(moto_server)
+    for start_at in range(0, 300, 10):
+        sqs.send_message_batch(
+            QueueUrl=url,
+            Entries=[
+                {"Id": str(n), "MessageBody": "b", "MessageGroupId": "b", "MessageDeduplicationId": f"b{n}"}
+                for n in range(start_at, start_at + 10)
+            ],
+        )
+    assert sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=1)["Messages"][0]["Body"] == "b"  # blocks "b"
+    for n in range(40):
+        sqs.send_message(QueueUrl=url, MessageBody=str(n), MessageGroupId="g", MessageDeduplicationId=str(n))
+    received: list[str] = []
+    lock = threading.Lock()
+    start = threading.Barrier(8)
+
+    def consume() -> None:
+        client = boto3.client("sqs", endpoint_url=moto_server, region_name=REGION)
+        start.wait()
+        for _ in range(15):
+            for message in client.receive_message(QueueUrl=url, MaxNumberOfMessages=1).get("Messages", []):
+                with lock:
+                    received.append(message["Body"])
+
+    threads = [threading.Thread(target=consume) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    # Then only the group's first message was handed out: the group is in flight until it is deleted
+    assert received == ["0"]
+
+
+def test_emulator_failed_transactions_never_undo_concurrent_writes(moto_server: str) -> None:
+    # Given a table, one client whose transactions keep failing their condition, and another counting up an item
+    dynamodb = boto3.client("dynamodb", endpoint_url=moto_server, region_name=REGION)
+    table = f"tx-{uuid.uuid4().hex[:8]}"
+    dynamodb.create_table(
+        TableName=table,
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    dynamodb.put_item(TableName=table, Item={"pk": {"S": "locked"}, "state": {"S": "HALTED"}})
+    for start_at in range(0, 400, 25):  # a table large enough that a transaction's backup takes a while
+        dynamodb.batch_write_item(
+            RequestItems={
+                table: [
+                    {"PutRequest": {"Item": {"pk": {"S": f"filler-{n}"}, "data": {"S": "x" * 200}}}}
+                    for n in range(start_at, start_at + 25)
+                ]
+            }
+        )
+    writes = 150
+    stop = threading.Event()
+
+    def failing_transactions() -> None:
+        client = boto3.client("dynamodb", endpoint_url=moto_server, region_name=REGION)
+        while not stop.is_set():
+            with contextlib.suppress(client.exceptions.TransactionCanceledException):
+                client.transact_write_items(
+                    TransactItems=[
+                        {
+                            "ConditionCheck": {
+                                "TableName": table,
+                                "Key": {"pk": {"S": "locked"}},
+                                "ConditionExpression": "#s = :active",
+                                "ExpressionAttributeNames": {"#s": "state"},
+                                "ExpressionAttributeValues": {":active": {"S": "ACTIVE"}},
+                            }
+                        },
+                        {"Put": {"TableName": table, "Item": {"pk": {"S": "other"}}}},
+                    ]
+                )
+
+    thread = threading.Thread(target=failing_transactions)
+    thread.start()
+    try:
+        # When the counter is incremented meanwhile
+        for _ in range(writes):
+            dynamodb.update_item(
+                TableName=table,
+                Key={"pk": {"S": "counter"}},
+                UpdateExpression="ADD n :one",
+                ExpressionAttributeValues={":one": {"N": "1"}},
+            )
+    finally:
+        stop.set()
+        thread.join()
+    # Then no rollback of a failed transaction took any increment with it
+    item = dynamodb.get_item(TableName=table, Key={"pk": {"S": "counter"}})["Item"]
+    assert int(item["n"]["N"]) == writes

@@ -1,0 +1,140 @@
+"""The whole system locally: jobs POSTed over HTTP to the local API, run by the real worker through the local SQS event
+source, against the emulator the runtime starts. Time is scaled down; every setting still comes from template.yaml."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import boto3
+
+from agent_jobs_local.runtime import LocalRuntime, container_endpoint, scale_durations
+from jobs.workspace import LocalWorkspaceStore
+from tests.conftest import make_job
+
+PATCH = "--- a/f\n+++ b/f\n@@ -0,0 +1 @@\n+x\n"
+
+
+def submit(api_url: str, job_id: str, workspace_id: str) -> None:
+    job = make_job(job_id, workspace_id, payload={"patch": PATCH, "commitMessage": f"change for {job_id}"})
+    request = urllib.request.Request(
+        f"{api_url}/jobs",
+        data=job.model_dump_json(by_alias=True).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        assert response.status == 202
+
+
+def read_job(api_url: str, job_id: str) -> Any:
+    with urllib.request.urlopen(f"{api_url}/jobs/{job_id}", timeout=30) as response:
+        return json.loads(response.read())
+
+
+def test_runtime_applies_jobs_from_http_in_submission_order_per_workspace(tmp_path: Path) -> None:
+    workspaces_root = tmp_path / "workspaces"
+    with LocalRuntime(workspaces_root=workspaces_root, time_scale=0.05, concurrency=4) as runtime:
+        # Given the runtime's settings, all from template.yaml, scaled by 0.05
+        model = runtime.model
+        queue_attributes = boto3.client(
+            "sqs", endpoint_url=runtime.endpoint_url, region_name=runtime.resources.region
+        ).get_queue_attributes(QueueUrl=runtime.resources.queue_url, AttributeNames=["VisibilityTimeout"])
+        visibility = int(model.queue_attributes(model.jobs_queue_id, runtime.resources.references)["VisibilityTimeout"])
+        assert queue_attributes["Attributes"]["VisibilityTimeout"] == str(round(visibility * 0.05))
+        assert runtime.poller.invocation_timeout_seconds == model.worker.timeout_seconds * 0.05
+        assert runtime.poller.batch_size == model.worker.batch_size
+        worker_env = runtime.function_env["JobWorkerFunction"]
+        assert worker_env["WORKSPACES_ROOT"] == str(workspaces_root.resolve())
+        template_margin = model.function_environment_variable("JobWorkerFunction", "TIME_SAFETY_MARGIN_MS")
+        assert worker_env["TIME_SAFETY_MARGIN_MS"] == str(round(int(str(template_margin)) * 0.05))
+
+        # When agents submit 5 jobs to each of 4 workspaces, interleaved, over HTTP
+        submitted: dict[str, list[str]] = {f"ws-{w}": [] for w in range(4)}
+        for n in range(5):
+            for workspace_id, jobs in submitted.items():
+                job_id = f"job-{workspace_id}-{n}"
+                submit(runtime.api_url, job_id, workspace_id)
+                jobs.append(job_id)
+        assert runtime.poller.drain(timeout=60)
+
+        # Then every job succeeded, each workspace's branch has its jobs once each, in submission order
+        statuses = {
+            job_id: read_job(runtime.api_url, job_id)["status"] for jobs in submitted.values() for job_id in jobs
+        }
+        stats = runtime.poller.stats
+
+    assert set(statuses.values()) == {"SUCCEEDED"}
+    store = LocalWorkspaceStore(workspaces_root)
+    for workspace_id, jobs in submitted.items():
+        assert [commit.job_id for commit in store.open(workspace_id).history()] == jobs
+    assert stats.records_deleted == 20
+    assert 1 <= stats.max_concurrent_invocations <= 4
+    assert stats.crashes == stats.timeouts == stats.handler_errors == 0
+
+
+def test_runtime_worker_crash_after_the_side_effect_still_applies_the_job_once(tmp_path: Path) -> None:
+    # Given a worker that dies (os._exit) once, right after job-a-2's commit, before recording or acknowledging it
+    workspaces_root, marker = tmp_path / "workspaces", tmp_path / "crashed"
+    with LocalRuntime(
+        workspaces_root=workspaces_root,
+        time_scale=0.01,
+        concurrency=1,  # one environment: the invocation after the crash is this poller's next one
+        worker_bootstrap="tests.local_runtime.bootstrap_helpers:install",
+        bootstrap_config={"crash_after_commit_of": "job-a-2", "marker": str(marker)},
+    ) as runtime:
+        # When jobs of two workspaces are submitted and run
+        submitted = {"ws-a": ["job-a-1", "job-a-2", "job-a-3"], "ws-b": ["job-b-1", "job-b-2"]}
+        for workspace_id, jobs in submitted.items():
+            for job_id in jobs:
+                submit(runtime.api_url, job_id, workspace_id)
+        assert runtime.poller.drain(timeout=60)
+        crashed_job = read_job(runtime.api_url, "job-a-2")
+        stats, log = runtime.poller.stats, runtime.poller.invocation_log()
+
+    # Then the crash happened once and deleted nothing of its batch; the next invocation was a cold start
+    assert marker.exists()
+    assert stats.crashes == 1
+    crash = next(entry for entry in log if entry.outcome == "crash")
+    assert crash.deleted == 0
+    assert log[log.index(crash) + 1].cold_start
+    assert stats.cold_starts == 2
+    # and the job took effect exactly once: SUCCEEDED on its second attempt, one commit, order kept
+    assert crashed_job["status"] == "SUCCEEDED"
+    assert crashed_job["attempt"] == 2
+    store = LocalWorkspaceStore(workspaces_root)
+    for workspace_id, jobs in submitted.items():
+        assert [commit.job_id for commit in store.open(workspace_id).history()] == jobs
+
+
+def test_runtime_writes_a_sam_local_env_file(tmp_path: Path) -> None:
+    with LocalRuntime(workspaces_root=tmp_path / "ws", time_scale=0.5) as runtime:
+        path = runtime.write_env_file(tmp_path / "env.json")
+        document = json.loads(path.read_text())
+        resources, endpoint = runtime.resources, runtime.endpoint_url
+
+    assert set(document) == {"EnqueueApiFunction", "JobWorkerFunction"}
+    for environment in document.values():
+        assert environment["TABLE_NAME"] == resources.table_name
+        assert environment["QUEUE_URL"] == resources.queue_url
+        assert environment["AWS_ENDPOINT_URL"] == container_endpoint(str(endpoint))
+        assert environment["AWS_ENDPOINT_URL"].startswith("http://host.docker.internal:")
+    # sam local runs the functions with their real Timeout, so the file has the template's unscaled values
+    assert document["JobWorkerFunction"]["TIME_SAFETY_MARGIN_MS"] == "10000"
+    assert "WORKSPACES_ROOT" not in document["JobWorkerFunction"]
+
+
+def test_runtime_scales_only_the_duration_settings() -> None:
+    environment = {"TIME_SAFETY_MARGIN_MS": "10000", "BACKOFF_BASE_SECONDS": "2", "BACKOFF_MAX_SECONDS": "300"}
+    environment |= {"MAX_ATTEMPTS": "3"}
+
+    assert scale_durations(environment, 0.01) == {
+        "TIME_SAFETY_MARGIN_MS": "100",
+        "BACKOFF_BASE_SECONDS": "0",
+        "BACKOFF_MAX_SECONDS": "3",
+        "MAX_ATTEMPTS": "3",
+    }
+    assert scale_durations(environment, 1) == environment
+    assert container_endpoint("http://127.0.0.1:5000") == "http://host.docker.internal:5000"
