@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed
 export SAM_CLI_TELEMETRY := 0
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: help venv lint typecheck template-lint test test-fast build build-local demo local deploy clean
+.PHONY: help venv lint template-lint test test-fast build build-local demo local chaos deploy clean
 
 help: ## list the verbs
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -46,8 +46,14 @@ build-local: $(STAMP) ## sam build with the layer's wheels for this machine (to 
 	LAYER_PLATFORM=manylinux2014_$$(uname -m) LAYER_PYTHON_VERSION=$$($(BIN)/python -c 'import sys; print("%d.%d" % sys.version_info[:2])') \
 		$(BIN)/sam build --no-cached --build-dir .aws-sam/build-local
 
-demo: ## run the whole system locally (embedded emulator, API, workers, workload)
-	@echo "make demo: the local runtime is not built yet; run 'make test' to exercise the system against moto." && exit 1
+demo: $(STAMP) ## run the whole system locally (embedded emulator, API, workers) under a faulty workload, then verify
+	$(BIN)/python -m agent_jobs_local demo $(DEMO_ARGS)
+
+local: $(STAMP) ## run the local stack for manual use; writes env.local.json for sam local
+	$(BIN)/python -m agent_jobs_local local $(LOCAL_ARGS)
+
+chaos: $(STAMP) ## the chaos suite at a larger size (CHAOS_JOBS, default 1000)
+	CHAOS_JOBS=$${CHAOS_JOBS:-1000} CHAOS_WORKSPACES=$${CHAOS_WORKSPACES:-40} $(BIN)/python -m pytest tests/system -q
 
 deploy: build ## sam deploy with samconfig.toml defaults
 	$(BIN)/sam deploy

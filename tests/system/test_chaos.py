@@ -1,0 +1,58 @@
+"""The chaos suite: the whole system on the local runtime (moto's server over HTTP, the API over HTTP, worker
+processes fed by the event-source poller), under every fault kind at once; I1-I4 checked from the table and the
+workspaces themselves. `make test` runs a small size; `make chaos` a larger one (CHAOS_JOBS, CHAOS_WORKSPACES)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from agent_jobs_local.demo import run_demo
+from agent_jobs_local.faults import Fault
+from agent_jobs_local.workload import Report, WorkloadConfig
+
+JOBS = int(os.environ.get("CHAOS_JOBS", "120"))
+WORKSPACES = int(os.environ.get("CHAOS_WORKSPACES", "8"))
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory) -> Report:
+    config = WorkloadConfig(jobs=JOBS, workspaces=WORKSPACES, agents=4, crashes_per_kind=1, slow_jobs=1, seed=11)
+    run_dir: Path = tmp_path_factory.mktemp("chaos")
+    return run_demo(config, time_scale=0.02, concurrency=4, run_dir=run_dir, drain_timeout=300)
+
+
+def test_chaos_every_fault_kind_was_injected(report: Report):
+    assert {kind: count > 0 for kind, count in report.faults_injected.items()} == {str(f): True for f in Fault}
+    assert report.invocation_crashes >= 4  # one per crash kind, at least
+    assert report.invocation_timeouts >= 1  # the slow job
+    assert report.cold_starts > report.invocation_crashes  # each crash and timeout was followed by a fresh process
+    assert report.raw_redeliveries_sent > 0
+    assert report.poison_sent == 1
+    assert report.api_repeats_absorbed > 0
+    assert report.worker_duplicates_absorbed > 0
+
+
+def test_chaos_exactly_once_no_double_apply_and_nothing_lost(report: Report):  # I2
+    assert report.double_applies == []
+    assert report.lost == []
+    assert report.submission_errors == []
+    assert report.accepted == JOBS + WORKSPACES  # every planned job (plus one pull request per workspace)
+
+
+def test_chaos_order_per_workspace_matches_acceptance(report: Report):  # I1
+    assert report.order_violations == []
+
+
+def test_chaos_poison_halts_only_its_workspace(report: Report):  # I3, I4
+    assert set(report.halted) == report.expected_halted
+    assert len(report.halted) == 1
+    assert "rejected" in next(iter(report.halted.values()))
+    assert report.parked > 0  # the jobs behind the poison wait, with their bodies, instead of applying
+    assert report.incomplete_workspaces == []  # every other workspace finished all of its jobs
+
+
+def test_chaos_report_says_ok(report: Report):
+    assert report.ok, report.failures
