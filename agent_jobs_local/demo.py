@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import tempfile
 import threading
 import time
@@ -15,7 +16,7 @@ from rich.table import Table
 
 from agent_jobs_local.runtime import LocalRuntime
 from agent_jobs_local.template import DEFAULT_TEMPLATE_PATH, TemplateModel, load_template
-from agent_jobs_local.workload import Agents, Report, WorkloadConfig, make_plan, scan_items, verify
+from agent_jobs_local.workload import Agents, Plan, Report, WorkloadConfig, make_plan, scan_items, verify
 
 SETTLED = {"SUCCEEDED", "PARKED", "REJECTED", "DEAD", "SKIPPED"}
 
@@ -45,6 +46,42 @@ def run_demo(
         "log_dir": str(log_dir),
     }
     started = time.monotonic()
+    saved_stdout = sys.stdout  # quiet_producer points it at a log file while the runtime runs
+    try:
+        return _run_with_runtime(
+            plan,
+            config,
+            time_scale=time_scale,
+            concurrency=concurrency,
+            template_path=template_path,
+            console=console,
+            drain_timeout=drain_timeout,
+            dirs=(marker_dir, log_dir, workspaces_root),
+            bootstrap=bootstrap,
+            timeout=timeout,
+            run_dir=run_dir,
+            started=started,
+        )
+    finally:
+        sys.stdout = saved_stdout
+
+
+def _run_with_runtime(
+    plan: Plan,
+    config: WorkloadConfig,
+    *,
+    time_scale: float,
+    concurrency: int | None,
+    template_path: Path,
+    console: Console,
+    drain_timeout: float,
+    dirs: tuple[Path, Path, Path],
+    bootstrap: dict[str, Any],
+    timeout: float,
+    run_dir: Path,
+    started: float,
+) -> Report:
+    marker_dir, log_dir, workspaces_root = dirs
     with LocalRuntime(
         template_path=template_path,
         time_scale=time_scale,
@@ -53,6 +90,7 @@ def run_demo(
         bootstrap_config=bootstrap,
         concurrency=concurrency,
     ) as runtime:
+        quiet_producer(log_dir / "api.log")
         console.print(f"[bold]Agent Jobs local runtime[/]  API {runtime.api_url}  emulator {runtime.endpoint_url}")
         console.print(
             f"{plan.total} jobs, {len(plan.by_workspace)} workspaces, {config.agents} agents; time scale {time_scale}"
@@ -81,14 +119,14 @@ def run_demo(
             submitter.start()
             deadline = time.monotonic() + drain_timeout
             while time.monotonic() < deadline:
-                done = sum(1 for item in scan_items(dynamodb, table) if item.get("status") in SETTLED)
+                done = settled_jobs(scan_items(dynamodb, table))
                 progress.update(settled, completed=done)
                 if not submitter.is_alive() and runtime.poller.drain(timeout=1):
                     break
                 time.sleep(0.5)
             submitter.join(timeout=5)
             items = scan_items(dynamodb, table)
-            progress.update(settled, completed=sum(1 for item in items if item.get("status") in SETTLED))
+            progress.update(settled, completed=settled_jobs(items))
 
         from jobs.workspace import LocalWorkspaceStore
 
@@ -104,6 +142,20 @@ def run_demo(
             poller_stats=stats,
             seconds=time.monotonic() - started,
         )
+
+
+def settled_jobs(items: list[dict[str, Any]]) -> int:
+    return sum(1 for item in items if str(item["pk"]).startswith("job#") and item.get("status") in SETTLED)
+
+
+def quiet_producer(log_path: Path) -> None:
+    """The producer runs in this process: send its Powertools logs and metrics to a file, not over the progress
+    (run_demo puts sys.stdout back when the runtime stops)."""
+    log = open(log_path, "a", buffering=1)  # noqa: SIM115  (open for the rest of the run)
+    producer = sys.modules.get("enqueue_api.app")
+    if producer is not None:
+        producer.logger.registered_handler.setStream(log)
+    sys.stdout = log
 
 
 def print_report(report: Report, console: Console) -> None:
