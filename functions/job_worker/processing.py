@@ -25,7 +25,7 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from pydantic import ValidationError
 
 from agent_jobs.guard import ClaimOutcome, FailOutcome
-from agent_jobs.keys import workspace_id_from_group
+from agent_jobs.keys import workspace_group_id, workspace_id_from_group
 from agent_jobs.models import ID_PATTERN, JobMessage, payload_hash
 from agent_jobs.services import Services
 from jobs import run_job
@@ -36,6 +36,10 @@ from jobs.workspace import WorkspaceStore
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
     from mypy_boto3_sqs.type_defs import ChangeMessageVisibilityBatchRequestEntryTypeDef
+
+
+# The worker parks a failing record when it has this many deliveries left before the queue's redrive.
+LAST_DELIVERIES = 3
 
 
 class RetryLaterError(Exception):
@@ -164,18 +168,20 @@ class BatchWorker:
         )
 
     def _parse_or_reject(self, record: SQSRecord) -> JobMessage | None:
-        group_workspace = workspace_id_from_group(record.attributes.message_group_id or "")
+        group = record.attributes.message_group_id or ""
+        group_workspace = workspace_id_from_group(group)
         try:
             message = JobMessage.model_validate_json(record.body)
             request = message.request()
             problems = []
-            if message.workspace_id != group_workspace:
-                problems.append(f"workspaceId {message.workspace_id!r} is not the message group's {group_workspace!r}")
+            if group != workspace_group_id(message.workspace_id):
+                # Two groups feeding one workspace would let two of its jobs run at once.
+                problems.append(f"message group {group!r} is not workspace {message.workspace_id!r}'s group")
             if payload_hash(request) != message.payload_hash:
                 problems.append("payloadHash does not match the payload")
             if problems:
                 raise ValueError("; ".join(problems))
-        except (ValidationError, ValueError) as error:
+        except Exception as error:  # anything that cannot be parsed is rejected, never retried until dead-lettered
             reason = _describe(error)
             job_id = _job_id_if_any(record.body)
             attributes = record.message_attributes
@@ -219,21 +225,35 @@ class BatchWorker:
     # ---- after the batch -----------------------------------------------------------------------------------------
 
     def _park_last_deliveries(self, records: list[SQSRecord], failures: set[str]) -> set[str]:
-        """A failed record on its last delivery would be dead-lettered by the queue, and the queue would then hand out
-        the next job of its workspace as if nothing was missing. Park it and halt its workspace instead."""
-        limit = self.services.settings.max_receive_count
+        """A failed record near its last delivery would be dead-lettered by the queue, and the queue would then hand out
+        the next job of its workspace as if nothing was missing. Park it and halt its workspace instead.
+
+        "Near" leaves LAST_DELIVERIES receives, so an invocation that crashes or times out on one of them (and so never
+        gets here) still leaves another chance before the queue's redrive. A record that cannot be parked (its job is
+        leased elsewhere, or was accepted with another payload) still halts its workspace, and is left to the queue.
+        """
+        limit = self.services.settings.max_receive_count - LAST_DELIVERIES + 1
         parked: set[str] = set()
         for record in records:
             if record.message_id not in failures or int(record.attributes.approximate_receive_count) < limit:
                 continue
-            message = self._parse_or_reject(record)
-            if message is None:
-                parked.add(record.message_id)  # rejected and halted: acknowledged
-                continue
-            with self.logger.append_context_keys(jobId=message.job_id, workspaceId=message.workspace_id):
-                reason = f"delivery limit reached ({limit} receives) before the job could finish"
-                if self._park(record, message, reason=reason, halt=True):
-                    parked.add(record.message_id)
+            try:
+                message = self._parse_or_reject(record)
+                if message is None:
+                    parked.add(record.message_id)  # rejected and halted: acknowledged
+                    continue
+                with self.logger.append_context_keys(jobId=message.job_id, workspaceId=message.workspace_id):
+                    receives = record.attributes.approximate_receive_count
+                    reason = f"delivery limit near ({receives} receives) before the job could finish"
+                    if self._park(record, message, reason=reason, halt=True):
+                        parked.add(record.message_id)
+                    else:
+                        self.services.guard.halt_workspace(
+                            message.workspace_id, tenant_id=message.tenant_id, job_id=message.job_id, reason=reason
+                        )
+                        self.logger.warning("could not park a record near its delivery limit: workspace halted")
+            except Exception:  # never fail the whole batch for one record: it stays reported, the queue retries it
+                self.logger.exception("parking near the delivery limit failed", extra={"messageId": record.message_id})
         return parked
 
     def _back_off(self, records: list[SQSRecord], failures: set[str], delays: dict[str, int]) -> None:
@@ -286,7 +306,7 @@ def _describe(error: Exception) -> str:
 def _job_id_if_any(body: str) -> str | None:
     try:
         job_id = json.loads(body).get("jobId")
-    except (ValueError, AttributeError):
+    except Exception:  # not JSON, not an object, or nested too deep (RecursionError)
         return None
     if isinstance(job_id, str) and len(job_id) <= 64 and re.match(ID_PATTERN, job_id):
         return job_id

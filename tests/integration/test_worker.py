@@ -12,7 +12,7 @@ import pytest
 from agent_jobs.guard import JobGuard
 from agent_jobs.models import JobStatus, WorkspaceState
 from jobs.errors import RetryableJobError
-from tests.conftest import ManualClock, Stack, enqueue, make_job
+from tests.conftest import ManualClock, Stack, enqueue, make_job, make_message
 from tests.naive.worker import NaiveWorker
 
 READ_OPERATIONS = {"GetItem", "BatchGetItem", "Query", "Scan", "TransactGetItems"}
@@ -468,7 +468,6 @@ def test_worker_acknowledges_a_message_whose_payload_conflicts_with_the_accepted
 ):
     # Given an accepted job, and a stray message reusing its jobId with another payload
     enqueue(stack, make_job("c1"))
-    from tests.conftest import make_message
 
     other = make_message("c1", payload={"patch": "--- a/x\n+++ b/x\n@@ -0,0 +1 @@\n+other\n", "commitMessage": "x"})
     record = sqs_fifo_record("ws#ws-a", other.model_dump_json(by_alias=True))
@@ -476,3 +475,61 @@ def test_worker_acknowledges_a_message_whose_payload_conflicts_with_the_accepted
     assert _failed(make_worker(stack).handle({"Records": [record]}, lambda_context())) == []
     assert workspaces.commits("ws-a") == []
     assert stack.job("c1")["status"] == JobStatus.QUEUED
+
+
+# ---- records that must never fail a whole batch or slip past a halt -----------------------------------------------
+
+
+def test_worker_rejects_a_body_nested_too_deep_to_parse(stack, make_worker, lambda_context, sqs_fifo_record):
+    body = '{"jobId": "deep-1", "x": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    response = make_worker(stack).handle({"Records": [sqs_fifo_record("ws#ws-n", body)]}, lambda_context())
+    assert _failed(response) == []
+    assert stack.workspace("ws-n")["state"] == WorkspaceState.HALTED
+
+
+def test_worker_rejects_a_job_sent_to_another_message_group(
+    stack, make_worker, workspaces, lambda_context, sqs_fifo_record
+):
+    # A group without the ws# prefix would be a second FIFO group feeding workspace ws-z: two of its jobs at once
+    message = make_message("z1", workspace_id="ws-z")
+    record = sqs_fifo_record("ws-z", message.model_dump_json(by_alias=True))
+    assert _failed(make_worker(stack).handle({"Records": [record]}, lambda_context())) == []
+    assert stack.job("z1")["status"] == JobStatus.REJECTED
+    assert workspaces.commits("ws-z") == []
+
+
+def test_worker_halts_the_workspace_when_a_last_delivery_cannot_be_parked(
+    stack, make_worker, workspaces, lambda_context, sqs_fifo_record
+):
+    # Given a job leased by another worker, delivered near the queue's redrive limit
+    message = make_message("l1", workspace_id="ws-l")
+    stack.guard.claim(message, message_id="other", sequence_number=None, remaining_ms=60_000)
+    limit = stack.settings.max_receive_count
+    record = sqs_fifo_record("ws#ws-l", message.model_dump_json(by_alias=True), receive_count=limit)
+    # When the worker cannot run it (live lease) nor park it
+    response = make_worker(stack).handle({"Records": [record]}, lambda_context())
+    # Then the record stays reported for the queue, and its workspace is halted so the next job cannot run past it
+    assert _failed(response) == [record["messageId"]]
+    assert stack.workspace("ws-l")["state"] == WorkspaceState.HALTED
+    assert stack.job("l1")["status"] == JobStatus.IN_FLIGHT
+
+
+def test_worker_never_raises_when_parking_fails(stack, make_worker, hooks, lambda_context, monkeypatch):
+    # Given a failing job on its last delivery and a table that refuses the park (throttled)
+    from botocore.exceptions import ClientError
+
+    enqueue(stack, make_job("t1", "ws-t"), make_job("u1", "ws-u"))
+    records = stack.receive()["Records"]
+    for record in records:
+        record["attributes"]["ApproximateReceiveCount"] = str(stack.settings.max_receive_count)
+    _always_fail(hooks, "t1")
+    worker = make_worker(stack)
+
+    def throttled(*_: Any, **__: Any) -> bool:
+        raise ClientError({"Error": {"Code": "ThrottlingException", "Message": "slow down"}}, "UpdateItem")
+
+    monkeypatch.setattr(worker.services.guard, "park", throttled)
+    # When the batch is handled, Then the handler answers (u1 done, t1 left to the queue) instead of raising
+    response = worker.handle({"Records": records}, lambda_context())
+    assert [json.loads(r["body"])["jobId"] for r in records if r["messageId"] in _failed(response)] == ["t1"]
+    assert stack.job("u1")["status"] == JobStatus.SUCCEEDED

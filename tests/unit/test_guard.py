@@ -149,11 +149,48 @@ def test_first_halt_keeps_its_halting_job(guard: JobGuard, stack: Stack):
     assert "first" in workspace["haltReason"]
 
 
-def test_reject_does_not_overwrite_a_job_that_took_effect(guard: JobGuard, stack: Stack):
-    guard.complete(claim(guard, make_message("j1")).lease, {})
-    assert not guard.reject(message_id="m-9", job_id="j1", workspace_id="ws-a", tenant_id=None, reason="x", body="")
-    assert stack.job("j1")["status"] == JobStatus.SUCCEEDED
-    assert stack.workspace("ws-a") is None
+@pytest.mark.parametrize("settle", ["succeeded", "queued"])
+def test_reject_never_overwrites_an_existing_job(guard: JobGuard, stack: Stack, settle: str):
+    # Given a job that took effect, or one that is accepted and waiting for its real message
+    if settle == "succeeded":
+        guard.complete(claim(guard, make_message("j1")).lease, {})
+    else:
+        guard.record_accepted(make_message("j1"))
+    before = stack.job("j1")["status"]
+    # When a bad message carrying its jobId arrives in the workspace's group
+    assert guard.reject(message_id="m-9", job_id="j1", workspace_id="ws-a", tenant_id=None, reason="x", body="{}")
+    # Then the job keeps its record; the bad message is recorded on its own and halts the workspace
+    assert stack.job("j1")["status"] == before
+    assert stack.item("msg#m-9")["status"] == JobStatus.REJECTED
+    assert stack.workspace("ws-a")["state"] == WorkspaceState.HALTED
+
+
+def test_park_never_takes_over_a_job_accepted_with_another_payload(guard: JobGuard, stack: Stack):
+    guard.record_accepted(make_message("j1"))
+    other = make_message("j1", job_type="open_pr", payload={"title": "not the accepted job"})
+    assert not guard.park(other, message_id="m-2", sequence_number="5", body="{}", reason="r", halt_workspace=True)
+    job = stack.job("j1")
+    assert (job["status"], job["type"]) == (JobStatus.QUEUED, "apply_patch")
+
+
+def test_claim_keeps_the_tenant_the_producer_recorded(guard: JobGuard, stack: Stack):
+    guard.record_accepted(make_message("j1", tenant_id="tenant-1"))
+    # the same job (same payload) arriving with another tenant in its body cannot move it to that tenant
+    message = make_message("j1", tenant_id="tenant-1").model_copy(update={"tenant_id": "tenant-2"})
+    assert claim(guard, message).claimed
+    assert stack.job("j1")["tenantId"] == "tenant-1"
+
+
+def test_complete_stores_a_result_with_floats(guard: JobGuard, stack: Stack):
+    lease = claim(guard, make_message("j1")).lease
+    assert guard.complete(lease, {"durationSeconds": 1.25, "nested": [{"ratio": 0.5}]})
+    assert stack.job("j1")["result"] == {"durationSeconds": 1.25, "nested": [{"ratio": 0.5}]}
+
+
+def test_halt_workspace_without_a_job(guard: JobGuard, stack: Stack):
+    guard.halt_workspace("ws-h", tenant_id="tenant-1", job_id="j9", reason="could not park")
+    workspace = stack.workspace("ws-h")
+    assert (workspace["state"], workspace["haltingJobId"]) == (WorkspaceState.HALTED, "j9")
 
 
 def test_record_accepted_is_idempotent_for_the_same_job_and_conflicts_otherwise(guard: JobGuard):

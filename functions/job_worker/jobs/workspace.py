@@ -92,7 +92,8 @@ class LocalWorkspace:
         if not self._ledger.exists():
             return []
         with self._ledger.open() as ledger:
-            return [Commit(**json.loads(line)) for line in ledger if line.strip()]
+            # Only whole lines: a commit being appended by another process is not there yet.
+            return [Commit(**json.loads(line)) for line in ledger if line.endswith("\n")]
 
     def head(self) -> str:
         commits = self.history()
@@ -130,7 +131,8 @@ class LocalWorkspace:
         return list(json.loads(self._pulls.read_text())) if self._pulls.exists() else []
 
     def find_open_pull_request(self, head_branch: str) -> dict[str, Any] | None:
-        return next((p for p in self._read_pulls() if p["head"] == head_branch and p["state"] == "open"), None)
+        with self._locked():
+            return next((p for p in self._read_pulls() if p["head"] == head_branch and p["state"] == "open"), None)
 
     def open_pull_request(self, head_branch: str, title: str, body: str) -> dict[str, Any]:
         with self._locked():
@@ -141,5 +143,7 @@ class LocalWorkspace:
             pull = {"number": len(pulls) + 1, "head": head_branch, "title": title, "body": body, "state": "open"}
             pull["url"] = f"local://{self.workspace_id}/pulls/{pull['number']}"
             pulls.append(pull)
-            self._pulls.write_text(json.dumps(pulls))
+            staging = self._pulls.with_suffix(".tmp")
+            staging.write_text(json.dumps(pulls))
+            staging.replace(self._pulls)  # atomic: a crash leaves the old list or the new one, never half of one
             return pull

@@ -8,6 +8,7 @@ is one failed conditional write.
 
 from __future__ import annotations
 
+import functools
 import secrets
 import time
 from collections.abc import Callable, Mapping
@@ -107,8 +108,19 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def _dynamodb_value(value: Any) -> Any:
+    """DynamoDB numbers are Decimals: a float anywhere in a value (a job result, say) becomes one."""
+    if isinstance(value, float):
+        return Decimal(str(value))
+    if isinstance(value, Mapping):
+        return {k: _dynamodb_value(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_dynamodb_value(v) for v in value]
+    return value
+
+
 def _wire(values: Mapping[str, Any]) -> dict[str, Any]:
-    return {key: _serializer.serialize(value) for key, value in values.items()}
+    return {key: _serializer.serialize(_dynamodb_value(value)) for key, value in values.items()}
 
 
 def _condition_failed(error: ClientError) -> bool:
@@ -237,7 +249,7 @@ class JobGuard:
             "leaseExpiresAt = :exp",
             "jobId = :jid",
             "workspaceId = :wid",
-            "tenantId = :tid",
+            "tenantId = if_not_exists(tenantId, :tid)",  # the tenant the producer verified stays the owner
             "#type = :type",
             "payloadHash = :hash",
             "messageId = :mid",
@@ -391,7 +403,8 @@ class JobGuard:
 
         With `halt_workspace`, the workspace is halted in the same transaction (used when a message reaches its last
         delivery: parking it instead of letting the queue dead-letter it keeps the group's order intact).
-        Returns False if the job is already settled (SUCCEEDED, DEAD, ...) or held by a live lease.
+        Returns False if the job is already settled (SUCCEEDED, DEAD, ...), held by a live lease, or was accepted with
+        another payload.
         """
         now = self._clock()
         values: dict[str, Any] = {
@@ -417,7 +430,7 @@ class JobGuard:
             "workspaceId = :wid",
             "tenantId = :tid",
             "#type = :type",
-            "payloadHash = :hash",
+            "payloadHash = if_not_exists(payloadHash, :hash)",
             "messageId = :mid",
             "body = :body",
             "parkedReason = :reason",
@@ -434,9 +447,10 @@ class JobGuard:
                 "Key": _wire({"pk": job_key(message.job_id)}),
                 # A parked job waits for an operator: TTL must not collect it (TTL is garbage collection only).
                 "UpdateExpression": "SET " + ", ".join(set_clauses) + " REMOVE #ttl",
+                # Never over another job's record: a message reusing a jobId with another payload parks nothing.
                 "ConditionExpression": (
-                    "attribute_not_exists(pk) OR #status IN (:queued, :failed)"
-                    " OR (#status = :inflight AND leaseExpiresAt < :now)"
+                    "attribute_not_exists(pk) OR ((attribute_not_exists(payloadHash) OR payloadHash = :hash)"
+                    " AND (#status IN (:queued, :failed) OR (#status = :inflight AND leaseExpiresAt < :now)))"
                 ),
                 "ExpressionAttributeNames": {"#status": "status", "#type": "type", "#ttl": "ttl"},
                 "ExpressionAttributeValues": _wire(values),
@@ -459,15 +473,37 @@ class JobGuard:
     ) -> bool:
         """REJECTED (an unparseable or invalid message) and its workspace HALTED, in one transaction.
 
-        A message without a usable jobId is recorded under its message id. Returns False if the jobId belongs to a job
-        that already took effect (the bad message is then only acknowledged).
+        The rejection is recorded under the message's jobId when that names no job yet, else (no usable jobId, or an
+        accepted job that a bad message must not overwrite) under `msg#<messageId>`. Returns False only if neither
+        could be written (the same message was rejected before).
         """
+        record = functools.partial(
+            self._reject,
+            message_id=message_id,
+            workspace_id=workspace_id,
+            tenant_id=tenant_id,
+            reason=reason,
+            body=body,
+        )
+        if job_id and record(pk=job_key(job_id), job_id=job_id):
+            return True
+        # No usable jobId, or it names a job that exists: the bad message is recorded under its own message id.
+        return record(pk=f"msg#{message_id}", job_id=None)
+
+    def _reject(
+        self,
+        *,
+        message_id: str,
+        pk: str,
+        job_id: str | None,
+        workspace_id: str,
+        tenant_id: str | None,
+        reason: str,
+        body: str,
+    ) -> bool:
         now = self._clock()
-        pk = job_key(job_id) if job_id else f"msg#{message_id}"
         values = {
             ":rejected": str(JobStatus.REJECTED),
-            ":queued": str(JobStatus.QUEUED),
-            ":failed": str(JobStatus.FAILED),
             ":wid": workspace_id,
             ":mid": message_id,
             ":body": body[:MAX_STORED_BODY_CHARS],
@@ -497,7 +533,7 @@ class JobGuard:
                 "TableName": self._table,
                 "Key": _wire({"pk": pk}),
                 "UpdateExpression": "SET " + ", ".join(set_clauses) + " REMOVE #ttl",
-                "ConditionExpression": "attribute_not_exists(pk) OR #status IN (:queued, :failed, :rejected)",
+                "ConditionExpression": "attribute_not_exists(pk) OR #status = :rejected",
                 "ExpressionAttributeNames": {"#status": "status", "#error": "error", "#ttl": "ttl"},
                 "ExpressionAttributeValues": _wire(values),
             }
@@ -505,6 +541,12 @@ class JobGuard:
         return self._transact(
             [job_update, self._halt_workspace(workspace_id, tenant_id, job_id or pk, f"rejected: {reason}", now)]
         )
+
+    def halt_workspace(self, workspace_id: str, *, tenant_id: str | None, job_id: str, reason: str) -> None:
+        """HALTED, without touching any job: for a record the worker could neither run nor park on its last delivery,
+        so that the queue dead-lettering it cannot let the next job of the workspace run."""
+        update = self._halt_workspace(workspace_id, tenant_id, job_id, reason, self._clock())["Update"]
+        self._client.update_item(**update)
 
     # ---- reads (status API) --------------------------------------------------------------------------------------
 
