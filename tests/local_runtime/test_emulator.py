@@ -271,3 +271,68 @@ def test_emulator_failed_transactions_never_undo_concurrent_writes(moto_server: 
     # Then no rollback of a failed transaction took any increment with it
     item = dynamodb.get_item(TableName=table, Key={"pk": {"S": "counter"}})["Item"]
     assert int(item["n"]["N"]) == writes
+
+
+def _race_two_receivers(patched: bool, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Two receivers of one FIFO group, the first paused right after it snapshots the groups in flight, the second
+    receiving meanwhile: what each handed out. In-process moto, so the interleaving is forced, not hoped for."""
+    from moto import mock_aws
+    from moto.sqs import models
+
+    from agent_jobs_local.emulator import patch_atomic_queue_operations
+
+    for name in (
+        "send_message",
+        "send_message_batch",
+        "delete_message",
+        "delete_message_batch",
+        "change_message_visibility",
+        "change_message_visibility_batch",
+        "receive_message",
+    ):
+        monkeypatch.setattr(models.SQSBackend, name, getattr(models.SQSBackend, name))  # restored after the test
+    if patched:
+        patch_atomic_queue_operations()
+    original_groups = models.Queue.pending_message_groups
+    paused, resume = threading.Event(), threading.Event()
+
+    def groups_then_pause(queue: Any) -> set[str]:
+        groups: set[str] = original_groups.fget(queue)  # type: ignore[attr-defined]
+        if threading.current_thread().name == "first" and not paused.is_set():
+            paused.set()
+            resume.wait(timeout=1)  # the second receiver runs now, unless a lock keeps it out
+        return groups
+
+    monkeypatch.setattr(models.Queue, "pending_message_groups", property(groups_then_pause))
+    with mock_aws():
+        sqs = boto3.client("sqs", region_name=REGION)
+        url = sqs.create_queue(QueueName="race.fifo", Attributes={"FifoQueue": "true", "VisibilityTimeout": "30"})[
+            "QueueUrl"
+        ]
+        for n in range(2):
+            sqs.send_message(QueueUrl=url, MessageBody=str(n), MessageGroupId="g", MessageDeduplicationId=str(n))
+        backend = models.sqs_backends["123456789012"][REGION]
+        handed_out: list[str] = []
+
+        def receive() -> None:
+            handed_out.extend(m.body for m in backend.receive_message("race.fifo", 1, 0, 30))
+
+        first = threading.Thread(target=receive, name="first")
+        first.start()
+        paused.wait(timeout=5)
+        second = threading.Thread(target=receive, name="second")
+        second.start()
+        second.join(timeout=0.5)
+        resume.set()
+        first.join()
+        second.join()
+        return sorted(handed_out)
+
+
+def test_emulator_atomic_receives_hand_a_group_to_one_consumer(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert _race_two_receivers(patched=True, monkeypatch=monkeypatch) == ["0"]
+
+
+def test_unpatched_moto_hands_one_group_to_two_consumers(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the gap the patch closes: both messages of group g out at once, to two consumers
+    assert _race_two_receivers(patched=False, monkeypatch=monkeypatch) == ["0", "1"]
