@@ -243,6 +243,22 @@ class Hooks:
         self.before_commit: dict[str, Callable[[], None]] = {}
 
 
+def naive_append(workspace: Any, *, job_id: str, message: str, patch: str) -> Any:
+    """A commit appended to a LocalWorkspace's ledger with no compare-and-swap and no look for the job's commit:
+    what the naive pattern's side effect does."""
+    import hashlib
+    from dataclasses import asdict
+
+    from jobs.workspace import Commit
+
+    head = workspace.head()
+    sha = hashlib.sha1(f"{head}{job_id}{len(workspace.history())}".encode(), usedforsecurity=False).hexdigest()
+    commit = Commit(sha=sha, parent=head, job_id=job_id, message=message, patch=patch)
+    with (workspace.path / "commits.jsonl").open("a") as ledger:
+        ledger.write(json.dumps(asdict(commit)) + "\n")
+    return commit
+
+
 class HookedWorkspaceStore:
     """A LocalWorkspaceStore whose commits can be intercepted, to stall, fail or race a job at its side effect."""
 
@@ -257,13 +273,17 @@ class HookedWorkspaceStore:
         original_commit = workspace.commit
         hooks = self.hooks
 
-        def commit(*, job_id: str, message: str, patch: str, expected_head: str | None) -> Any:
+        def commit(
+            *, job_id: str, message: str, patch: str, expected_head: str | None, author: str | None = None
+        ) -> Any:
             hook = hooks.before_commit.get(job_id)
             if hook is not None:
                 hook()
-            if expected_head is None:  # the naive pattern: apply onto whatever the branch is at, no compare-and-swap
-                expected_head = workspace.head()
-            return original_commit(job_id=job_id, message=message, patch=patch, expected_head=expected_head)
+            if expected_head is None:  # the naive pattern: apply onto whatever the branch is at, no checks at all
+                return naive_append(workspace, job_id=job_id, message=message, patch=patch)
+            return original_commit(
+                job_id=job_id, message=message, patch=patch, expected_head=expected_head, author=author
+            )
 
         workspace.commit = commit  # type: ignore[method-assign]
         return workspace

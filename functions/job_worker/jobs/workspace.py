@@ -48,7 +48,9 @@ class Workspace(Protocol):
     def head(self) -> str: ...
     def history(self) -> list[Commit]: ...
     def find_commit(self, job_id: str) -> Commit | None: ...
-    def commit(self, *, job_id: str, message: str, patch: str, expected_head: str) -> Commit: ...
+    def commit(
+        self, *, job_id: str, message: str, patch: str, expected_head: str, author: str | None = None
+    ) -> Commit: ...
     def stored_test_result(self, job_id: str, head: str) -> dict[str, Any] | None: ...
     def store_test_result(self, job_id: str, head: str, result: dict[str, Any]) -> None: ...
     def find_open_pull_request(self, head_branch: str) -> dict[str, Any] | None: ...
@@ -102,11 +104,14 @@ class LocalWorkspace:
     def find_commit(self, job_id: str) -> Commit | None:
         return next((c for c in self.history() if c.job_id == job_id), None)
 
-    def commit(self, *, job_id: str, message: str, patch: str, expected_head: str) -> Commit:
+    def commit(self, *, job_id: str, message: str, patch: str, expected_head: str, author: str | None = None) -> Commit:
         with self._locked():
-            head = self.head()
+            commits = self.history()
+            head = commits[-1].sha if commits else ROOT_HEAD
             if head != expected_head:
                 raise HeadMovedError(f"branch of {self.workspace_id} is at {head[:12]}, expected {expected_head[:12]}")
+            if any(c.job_id == job_id for c in commits):  # never a second commit of one job, whatever the caller saw
+                raise HeadMovedError(f"branch of {self.workspace_id} already has a commit of job {job_id}")
             full_message = f"{message}\n\n{JOB_TRAILER}: {job_id}\n"
             sha = hashlib.sha1(f"{head}\n{full_message}\n{patch}".encode(), usedforsecurity=False).hexdigest()
             commit = Commit(sha=sha, parent=head, job_id=job_id, message=full_message, patch=patch)
