@@ -1,0 +1,552 @@
+"""Workspaces that are branches of git remotes, in pure Python (dulwich): the worker needs no git binary.
+
+A `GitWorkspace` is one branch of one remote (a local path, a `file://` URL or an `https://` URL). It keeps the
+`Workspace` promises the job handlers rely on:
+
+- every commit it makes carries the `Agent-Job-Id: <jobId>` trailer, and `find_commit` looks for that trailer on the
+  branch, back to where the branch left its base branch;
+- the remote branch moves only by compare-and-swap: a push states the old value it expects and the remote refuses it
+  if the branch has moved since (git's receive-pack, or dulwich's `set_if_equals` for a local remote, re-check the
+  old value while holding the ref's lock). A stale worker gets `HeadMovedError` and the branch stays where it is.
+
+Heads, and the branch that does not exist yet. `head()` is the remote branch's commit. Before the first commit the
+branch does not exist: `head()` is then the base branch's commit, or `ROOT_HEAD` when the remote is empty, and a
+`commit` with that `expected_head` creates the branch on top of it, on condition that the branch still does not exist
+(and the base has not moved).
+
+Each workspace keeps a bare repository at `<cache_root>/<workspaceId>.git` holding the objects of its branch and base
+(cloned on first use, then fetched incrementally: a warm execution environment downloads only new commits). Patches
+are applied to trees in that object store; no working tree is ever written, except by `checkout`.
+
+Test results live in the remote too, so any worker finds them: `refs/agent-jobs/tests/<jobId>/<commit>` points at a
+commit whose tree holds `result.json`. A ref is created once and never moved; the first stored result wins.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import re
+import shutil
+import stat
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence, Set
+from contextlib import closing, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from dulwich.client import get_transport_and_path
+from dulwich.errors import NotTreeError
+from dulwich.file import FileLocked
+from dulwich.object_store import BaseObjectStore
+from dulwich.objects import S_ISGITLINK, ZERO_SHA, Blob, ObjectID, ShaFile, SubmoduleEncountered, Tree
+from dulwich.objects import Commit as GitCommit
+from dulwich.pack import UnpackedObject
+from dulwich.refs import Ref, check_ref_format
+from dulwich.repo import Repo
+from dulwich.walk import ORDER_TOPO, Walker
+
+from agent_jobs.models import ID_PATTERN
+from jobs.errors import PermanentJobError, RetryableJobError
+from jobs.patching import REGULAR_FILE_MODE, FileChange, PatchDoesNotApplyError, apply_patch_to_files
+from jobs.workspace import JOB_TRAILER, ROOT_HEAD, Commit, HeadMovedError
+
+DEFAULT_IDENTITY = "Agent Jobs <agent-jobs@localhost>"
+TEST_RESULTS_NAMESPACE = "refs/agent-jobs/tests"
+TEST_RESULT_FILE = b"result.json"
+
+_IDENTITY = re.compile(r"^[^<>\n]+ <[^<>\n]+>$")
+_SHA = re.compile(r"^[0-9a-f]{40}$")
+_TRAILER = re.compile(rb"^" + re.escape(JOB_TRAILER.encode()) + rb":[ \t]*(\S+)[ \t]*$", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class GitCredentials:
+    """HTTPS basic credentials: a user name and a password or access token (never shown in reprs or logs)."""
+
+    username: str
+    password: str = field(repr=False)
+
+
+@dataclass(frozen=True)
+class GitRemote:
+    """Where a workspace lives: `branch` of the repository at `url`, branched from `base_branch`."""
+
+    url: str
+    branch: str
+    base_branch: str = "main"
+    credentials: GitCredentials | None = None
+
+    @property
+    def display_url(self) -> str:
+        """The url without any user or token in it, for messages and logs."""
+        parts = urlsplit(self.url)
+        if not parts.netloc or "@" not in parts.netloc:
+            return self.url
+        return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
+
+    def __post_init__(self) -> None:
+        for name in (self.branch, self.base_branch):
+            if not check_ref_format(Ref(b"heads/" + name.encode())):
+                raise ValueError(f"not a valid git branch name: {name!r}")
+        if self.branch == self.base_branch:
+            raise ValueError(f"a workspace branch must differ from its base branch ({self.branch!r})")
+
+
+class JobAlreadyOnBranchError(HeadMovedError):
+    """The branch at the expected head already has a commit of this job: it moved past the job after the caller
+    looked for it. A HeadMovedError, so a caller that retries on a moved head looks again and finds `commit`."""
+
+    def __init__(self, commit: Commit, branch: str) -> None:
+        self.commit = commit
+        super().__init__(f"job {commit.job_id} is already on {branch} as {commit.sha[:12]}")
+
+
+class _RemoteRefusedError(Exception):
+    """update_refs found the remote ref other than the push requires: nothing is sent."""
+
+
+class GitWorkspaceStore:
+    """Opens the git workspace of a workspace id; `resolve` says which remote and branch that is."""
+
+    def __init__(self, cache_root: Path, resolve: Callable[[str], GitRemote]) -> None:
+        self.cache_root = Path(cache_root)
+        self._resolve = resolve
+
+    def open(self, workspace_id: str) -> GitWorkspace:
+        if not re.match(ID_PATTERN, workspace_id):
+            raise ValueError(f"not a workspace id: {workspace_id!r}")
+        return GitWorkspace(workspace_id, self._resolve(workspace_id), self.cache_root / f"{workspace_id}.git")
+
+
+class GitWorkspace:
+    """One workspace: a branch of a git remote, with a warm bare cache of its objects (see the module docstring)."""
+
+    def __init__(self, workspace_id: str, remote: GitRemote, cache_path: Path) -> None:
+        self.workspace_id = workspace_id
+        self.remote = remote
+        self.cache_path = cache_path
+        self._branch = Ref(b"refs/heads/" + remote.branch.encode())
+        self._base = Ref(b"refs/heads/" + remote.base_branch.encode())
+        credentials = remote.credentials
+        self._client, remote_path = get_transport_and_path(
+            remote.url,
+            username=credentials.username if credentials else None,
+            password=credentials.password if credentials else None,
+        )
+        self._remote_path = os.fsencode(remote_path)
+
+    # -- the Workspace protocol -------------------------------------------------------------------------------
+
+    def head(self) -> str:
+        """The remote branch's commit; before the branch exists, its base's commit (ROOT_HEAD for an empty remote)."""
+        with self._cache() as repo:
+            return self._head_of(self._fetch(repo, [self._branch, self._base]))
+
+    def history(self) -> list[Commit]:
+        """The job commits of the branch since it left its base, oldest first (commits without a trailer skipped)."""
+        with self._cache() as repo:
+            heads = self._fetch(repo, [self._branch, self._base])
+            return list(reversed(list(self._job_commits(repo, heads))))
+
+    def find_commit(self, job_id: str) -> Commit | None:
+        """The branch's commit whose trailer names `job_id`, walking back from the remote head to the base."""
+        with self._cache() as repo:
+            heads = self._fetch(repo, [self._branch, self._base])
+            return next((commit for commit in self._job_commits(repo, heads) if commit.job_id == job_id), None)
+
+    def commit(self, *, job_id: str, message: str, patch: str, expected_head: str, author: str | None = None) -> Commit:
+        """Apply `patch` on `expected_head` and move the remote branch there, iff it is still at `expected_head`.
+
+        Raises HeadMovedError when the branch is elsewhere (before or during the push), JobAlreadyOnBranchError (a
+        HeadMovedError) when the branch already has a commit of `job_id`, PatchDoesNotApplyError when the patch does
+        not apply to `expected_head`'s tree. `author` is "Name <email>"; the committer is always Agent Jobs.
+        """
+        if not re.match(ID_PATTERN, job_id):
+            raise ValueError(f"not a job id: {job_id!r}")  # it goes into the trailer, which must stay one line
+        if author is not None and not _IDENTITY.match(author):
+            raise PermanentJobError(f"author must look like 'Name <email>', got {author!r}")
+        full_message = f"{message.rstrip()}\n\n{JOB_TRAILER}: {job_id}\n"
+        with self._cache() as repo:
+            heads = self._fetch(repo, [self._branch, self._base])
+            head = self._head_of(heads)
+            if head != expected_head:
+                raise HeadMovedError(self._moved(head, expected_head))
+            # The caller looked for this job's commit before it read the head: a worker that committed the same job
+            # in between is on the head it passes here. One commit per job is the workspace's promise, so check.
+            existing = next((c for c in self._job_commits(repo, heads) if c.job_id == job_id), None)
+            if existing is not None:
+                raise JobAlreadyOnBranchError(existing, self.remote.branch)
+            parent_tree = None if expected_head == ROOT_HEAD else _commit(repo.object_store, expected_head).tree
+            tree = _patched_tree(repo.object_store, parent_tree, patch)
+            git_commit = _new_commit(
+                tree,
+                parents=[] if expected_head == ROOT_HEAD else [ObjectID(expected_head.encode())],
+                message=full_message,
+                author=author or DEFAULT_IDENTITY,
+            )
+            repo.object_store.add_object(git_commit)
+            expected = ObjectID(expected_head.encode())
+
+            def still_expected(refs: Mapping[Ref, ObjectID]) -> bool:
+                if self._branch in refs:
+                    return refs[self._branch] == expected
+                # First commit: the branch must not exist, and is created on the base's current commit.
+                return refs.get(self._base, ZERO_SHA) == expected
+
+            if not self._push(repo, self._branch, git_commit.id, still_expected):
+                raise HeadMovedError(self._moved(None, expected_head))
+            repo.refs[self._branch] = git_commit.id
+        return Commit(
+            sha=git_commit.id.decode(), parent=expected_head, job_id=job_id, message=full_message, patch=patch
+        )
+
+    def stored_test_result(self, job_id: str, head: str) -> dict[str, Any] | None:
+        ref = _test_result_ref(job_id, head)
+        with self._cache() as repo:
+            # A result ref never moves once created, so a copy already in the cache is as good as the remote's.
+            sha = repo.refs.as_dict().get(ref) or self._fetch(repo, [ref]).get(ref)
+            if sha is None:
+                return None
+            tree = repo.object_store[_commit(repo.object_store, sha.decode()).tree]
+            assert isinstance(tree, Tree)
+            blob = repo.object_store[tree[TEST_RESULT_FILE][1]]
+            assert isinstance(blob, Blob)
+            return dict(json.loads(blob.data))
+
+    def store_test_result(self, job_id: str, head: str, result: dict[str, Any]) -> None:
+        ref = _test_result_ref(job_id, head)
+        with self._cache() as repo:
+            blob = Blob.from_string(json.dumps(result, sort_keys=True).encode())
+            tree = Tree()
+            tree.add(TEST_RESULT_FILE, REGULAR_FILE_MODE, blob.id)
+            git_commit = _new_commit(
+                tree.id, parents=[], message=f"Test result of job {job_id} at {head}\n", author=DEFAULT_IDENTITY
+            )
+            for obj in (blob, tree, git_commit):
+                repo.object_store.add_object(obj)
+            # Created once: when another worker stored a result for this job and commit first, theirs stands.
+            if self._push(repo, ref, git_commit.id, lambda refs: ref not in refs):
+                repo.refs[ref] = git_commit.id
+
+    def find_open_pull_request(self, head_branch: str) -> dict[str, Any] | None:
+        raise NotImplementedError(self._pull_requests_elsewhere())
+
+    def open_pull_request(self, head_branch: str, title: str, body: str) -> dict[str, Any]:
+        raise NotImplementedError(self._pull_requests_elsewhere())
+
+    def _pull_requests_elsewhere(self) -> str:
+        return f"pull requests of {self.remote.display_url} live on its forge: use jobs.github, not the git workspace"
+
+    # -- beyond the protocol ------------------------------------------------------------------------------------
+
+    def checkout(self, sha: str, path: Path) -> None:
+        """Write the tree of commit `sha` (of the branch or its base) into the empty or missing folder `path`."""
+        if not _SHA.match(sha):
+            raise ValueError(f"not a commit sha: {sha!r}")
+        with self._cache() as repo:
+            if ObjectID(sha.encode()) not in repo.object_store:
+                self._fetch(repo, [self._branch, self._base])
+            tree = _commit(repo.object_store, sha).tree
+            path.mkdir(parents=True, exist_ok=True)
+            if any(path.iterdir()):
+                raise ValueError(f"checkout needs an empty folder; {path} is not empty")
+            _write_tree_to_folder(repo.object_store, tree, path)
+
+    # -- remote and cache -------------------------------------------------------------------------------------
+
+    @contextmanager
+    def _cache(self) -> Iterator[Repo]:
+        """The workspace's bare cache repository, created on first use; one user at a time per machine."""
+        self.cache_path.parent.mkdir(parents=True, exist_ok=True)
+        with Path(f"{self.cache_path}.lock").open("a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                if not (self.cache_path / "HEAD").exists():
+                    # Created aside and renamed, so a crash never leaves half a repository where the cache belongs.
+                    staging = Path(tempfile.mkdtemp(prefix=f".{self.cache_path.name}-", dir=self.cache_path.parent))
+                    Repo.init_bare(staging).close()
+                    shutil.rmtree(self.cache_path, ignore_errors=True)
+                    staging.rename(self.cache_path)
+                with closing(Repo(str(self.cache_path))) as repo:
+                    yield repo
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def _fetch(self, repo: Repo, wanted: Sequence[Ref]) -> dict[Ref, ObjectID]:
+        """Fetch what the cache lacks of `refs` and return their values on the remote (absent: not there).
+
+        The values are the ones the remote advertised for this fetch, so every object they name is in the cache.
+        The cache keeps a copy of each ref, which makes the next fetch send only what is new.
+        """
+        advertised: dict[Ref, ObjectID] = {}
+
+        def wants(refs: Mapping[Ref, ObjectID], depth: int | None = None) -> list[ObjectID]:
+            advertised.update({ref: refs[ref] for ref in wanted if ref in refs})
+            return sorted({sha for sha in advertised.values() if sha not in repo.object_store})
+
+        self._client.fetch(self._remote_path, repo, determine_wants=wants, ref_prefix=list(wanted))
+        local = repo.refs.as_dict()
+        for ref in wanted:
+            if ref in advertised:
+                repo.refs[ref] = advertised[ref]
+            elif ref in local:
+                del repo.refs[ref]
+        return advertised
+
+    def _push(
+        self, repo: Repo, ref: Ref, new: ObjectID, still_expected: Callable[[Mapping[Ref, ObjectID]], bool]
+    ) -> bool:
+        """Send `new` and set the remote `ref` to it iff `still_expected(remote refs)`; False when refused.
+
+        The old value sent with the update is the one `still_expected` approved, and the remote applies the update
+        only if the ref still has that value (compare-and-swap), so a concurrent change in between is refused too.
+        """
+        approved: dict[Ref, ObjectID] = {}
+
+        def update_refs(remote_refs: dict[Ref, ObjectID]) -> dict[Ref, ObjectID]:
+            if not still_expected(remote_refs):
+                raise _RemoteRefusedError
+            approved.update(remote_refs)
+            return {ref: new}
+
+        def pack_data(
+            have: Set[ObjectID],
+            want: Set[ObjectID],
+            *,
+            ofs_delta: bool = False,
+            progress: Callable[[bytes], None] | None = None,
+        ) -> tuple[int, Iterator[UnpackedObject]]:
+            return repo.object_store.generate_pack_data(have, want, ofs_delta=ofs_delta, progress=progress)
+
+        try:
+            result = self._client.send_pack(self._remote_path, update_refs, generate_pack_data=pack_data)
+        except _RemoteRefusedError:
+            return False
+        except FileLocked:
+            return False  # another worker holds the ref's lock: it is moving this very moment
+        status = (result.ref_status or {}).get(ref)
+        if status is None:
+            return True
+        # Refused after the check: a compare-and-swap lost in the remote, or a rule of the remote (protected branch,
+        # hook). Only the first is a moved head; the second must not be retried as if it were.
+        remote_now = self._client.get_refs(self._remote_path).refs
+        current = {name: sha for name, sha in remote_now.items() if sha is not None}
+        if not still_expected(current):
+            return False
+        raise RetryableJobError(f"{self.remote.display_url} refused to update {ref.decode()}: {status}")
+
+    def _head_of(self, heads: Mapping[Ref, ObjectID]) -> str:
+        sha = heads.get(self._branch) or heads.get(self._base)
+        return sha.decode() if sha else ROOT_HEAD
+
+    def _moved(self, head: str | None, expected_head: str) -> str:
+        where = f"is at {head[:12]}" if head else "moved"
+        return f"branch {self.remote.branch} of {self.workspace_id} {where}, expected {expected_head[:12]}"
+
+    def _job_commits(self, repo: Repo, heads: Mapping[Ref, ObjectID]) -> Iterator[Commit]:
+        """The branch's commits with a job trailer, newest first, down to (not into) the base branch."""
+        branch = heads.get(self._branch)
+        if branch is None:
+            return
+        base = heads.get(self._base)
+        walker = Walker(repo.object_store, include=[branch], exclude=[base] if base else None, order=ORDER_TOPO)
+        for entry in walker:
+            job_id = job_id_of(entry.commit.message)
+            if job_id is None:
+                continue
+            parents = entry.commit.parents
+            yield Commit(
+                sha=entry.commit.id.decode(),
+                parent=parents[0].decode() if parents else ROOT_HEAD,
+                job_id=job_id,
+                message=entry.commit.message.decode("utf-8", errors="replace"),
+                patch="",  # git keeps the trees, not the patch text; `git diff <parent> <sha>` shows the change
+            )
+
+
+def job_id_of(message: bytes) -> str | None:
+    """The jobId of the `Agent-Job-Id` trailer, which must be in the message's last paragraph (its trailer block)."""
+    trailer_block = message.rstrip().rsplit(b"\n\n", 1)[-1]
+    found = _TRAILER.findall(trailer_block)
+    return found[-1].decode() if found else None
+
+
+def _test_result_ref(job_id: str, head: str) -> Ref:
+    if not re.match(ID_PATTERN, job_id) or not _SHA.match(head):
+        raise ValueError(f"a test result is stored per job id and commit sha, got {job_id!r} and {head!r}")
+    ref = Ref(f"{TEST_RESULTS_NAMESPACE}/{job_id}/{head}".encode())
+    if not check_ref_format(Ref(ref[len(b"refs/") :])):
+        raise ValueError(f"job id {job_id!r} cannot name a git ref")
+    return ref
+
+
+def _commit(store: BaseObjectStore, sha: str) -> GitCommit:
+    obj = store[ObjectID(sha.encode())]
+    if not isinstance(obj, GitCommit):
+        raise ValueError(f"{sha} is not a commit")
+    return obj
+
+
+def _new_commit(tree: ObjectID, *, parents: list[ObjectID], message: str, author: str) -> GitCommit:
+    now = int(time.time())
+    commit = GitCommit()
+    commit.tree = tree
+    commit.parents = parents
+    commit.author = author.encode()
+    commit.committer = DEFAULT_IDENTITY.encode()
+    commit.author_time = commit.commit_time = now
+    commit.author_timezone = commit.commit_timezone = 0
+    commit.message = message.encode()
+    return commit
+
+
+def _patched_tree(store: BaseObjectStore, tree: ObjectID | None, patch: str) -> ObjectID:
+    """Apply `patch` to `tree` (None: the empty tree) and store the new blobs and trees; returns the new root."""
+
+    def entry(path: str) -> tuple[int, ObjectID] | None:
+        if tree is None:
+            return None
+        try:
+            root = store[tree]
+            assert isinstance(root, Tree)
+            return root.lookup_path(store.__getitem__, path.encode())
+        except (KeyError, NotTreeError):
+            return None
+        except SubmoduleEncountered as error:
+            raise PatchDoesNotApplyError(path, None, "is inside a submodule, which cannot be patched") from error
+
+    def read(path: str) -> bytes | None:
+        found = entry(path)
+        if found is None:
+            return None
+        mode, sha = found
+        if stat.S_ISDIR(mode) or S_ISGITLINK(mode):
+            raise PatchDoesNotApplyError(path, None, "is a folder or a submodule in the workspace, not a file")
+        blob = store[sha]
+        assert isinstance(blob, Blob)
+        return blob.data
+
+    changes = apply_patch_to_files(patch, read)
+    modes: dict[str, int] = {}  # modes this patch gave, for a later rename of the same file
+
+    def mode_of(change: FileChange) -> int:
+        if change.mode is not None:
+            return change.mode
+        source = change.old_path or change.path
+        if source in modes:
+            return modes[source]
+        found = entry(source)
+        return found[0] if found else REGULAR_FILE_MODE
+
+    root = _Folder(store, tree)
+    for change in changes:
+        mode = mode_of(change)
+        if change.old_path is not None:
+            root.remove(change.old_path.encode())
+            modes.pop(change.old_path, None)
+        if change.content is None:
+            root.remove(change.path.encode())
+            modes.pop(change.path, None)
+            continue
+        blob = Blob.from_string(change.content)
+        store.add_object(blob)
+        root.put(change.path, mode, blob.id)
+        modes[change.path] = mode
+    return root.write() or _empty_tree(store)
+
+
+def _empty_tree(store: BaseObjectStore) -> ObjectID:
+    tree = Tree()
+    store.add_object(tree)
+    return tree.id
+
+
+class _Folder:
+    """A tree being edited: only the folders on a changed path are loaded and rewritten."""
+
+    def __init__(self, store: BaseObjectStore, tree: ObjectID | None) -> None:
+        self._store = store
+        self._entries: dict[bytes, tuple[int, ObjectID] | _Folder] = {}
+        if tree is not None:
+            existing = store[tree]
+            assert isinstance(existing, Tree)
+            self._entries = {item.path: (item.mode, item.sha) for item in existing.iteritems()}
+
+    def _folder(self, name: bytes, path: str) -> _Folder:
+        existing = self._entries.get(name)
+        if isinstance(existing, _Folder):
+            return existing
+        if existing is not None and not stat.S_ISDIR(existing[0]):
+            raise PatchDoesNotApplyError(path, None, f"{name.decode(errors='replace')} is a file, not a folder")
+        folder = _Folder(self._store, existing[1] if existing else None)
+        self._entries[name] = folder
+        return folder
+
+    def put(self, path: str, mode: int, sha: ObjectID) -> None:
+        *folders, name = path.encode().split(b"/")
+        target = self
+        for part in folders:
+            target = target._folder(part, path)
+        existing = target._entries.get(name)
+        if (isinstance(existing, _Folder) and not existing.is_empty()) or (
+            isinstance(existing, tuple) and (stat.S_ISDIR(existing[0]))
+        ):
+            raise PatchDoesNotApplyError(path, None, "is a folder in the workspace, not a file")
+        target._entries[name] = (mode, sha)
+
+    def is_empty(self) -> bool:
+        return all(isinstance(item, _Folder) and item.is_empty() for item in self._entries.values())
+
+    def remove(self, path: bytes) -> None:
+        first, _, rest = path.partition(b"/")
+        if not rest:
+            self._entries.pop(first, None)
+            return
+        existing = self._entries.get(first)
+        if existing is None or (not isinstance(existing, _Folder) and not stat.S_ISDIR(existing[0])):
+            return
+        self._folder(first, path.decode(errors="replace")).remove(rest)
+
+    def write(self) -> ObjectID | None:
+        """Store this folder's tree (and its changed subfolders'); None when it ends up empty (git has no such tree)."""
+        tree = Tree()
+        for name, item in self._entries.items():
+            if isinstance(item, _Folder):
+                sub = item.write()
+                if sub is not None:
+                    tree.add(name, stat.S_IFDIR, sub)
+            else:
+                tree.add(name, item[0], item[1])
+        if not tree.items():
+            return None
+        self._store.add_object(tree)
+        return tree.id
+
+
+def _write_tree_to_folder(store: BaseObjectStore, tree_id: ObjectID, folder: Path) -> None:
+    tree = store[tree_id]
+    assert isinstance(tree, Tree)
+    for item in tree.iteritems():
+        name = os.fsdecode(item.path)
+        if name in ("", ".", "..") or name.lower() == ".git" or "/" in name or "\0" in name:
+            raise ValueError(f"refusing to write the tree entry {name!r} of {tree_id.decode()}")
+        target = folder / name
+        if stat.S_ISDIR(item.mode):
+            target.mkdir()
+            _write_tree_to_folder(store, item.sha, target)
+        elif S_ISGITLINK(item.mode):
+            target.mkdir()  # a submodule: an empty folder, as a clone without --recurse-submodules leaves it
+        else:
+            blob: ShaFile = store[item.sha]
+            assert isinstance(blob, Blob)
+            if stat.S_ISLNK(item.mode):
+                os.symlink(blob.data, target)
+            else:
+                target.write_bytes(blob.data)
+                if item.mode & 0o111:
+                    target.chmod(0o755)

@@ -1,0 +1,461 @@
+"""jobs.patching: every kind of change, as a git-format and as a plain unified diff, and the patches that must fail."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+
+import pytest
+
+from jobs.errors import PermanentJobError
+from jobs.patching import (
+    EXECUTABLE_FILE_MODE,
+    PATCH_AS_A_WHOLE,
+    REGULAR_FILE_MODE,
+    FileChange,
+    PatchDoesNotApplyError,
+    apply_patch_to_files,
+)
+from tests.git.conftest import SEED_FILES, diff
+
+# Each kind of change: (git-format patch, plain unified diff of the same change, the files it changes).
+# The git-format ones are what `git diff --cached -M` prints; the plain ones what it prints with --no-renames and
+# without the git header lines. A rename has no plain form: the plain diff deletes and adds.
+RENAMED_CONTENT = b"alpha\nBETA\ngamma\n"
+CASES: dict[str, tuple[str, str, Mapping[str, bytes | None]]] = {
+    "add": (
+        diff(
+            "diff --git a/new.txt b/new.txt",
+            "new file mode 100644",
+            "index 0000000..422c2b7",
+            "--- /dev/null",
+            "+++ b/new.txt",
+            "@@ -0,0 +1,2 @@",
+            "+a",
+            "+b",
+        ),
+        diff("--- /dev/null", "+++ b/new.txt", "@@ -0,0 +1,2 @@", "+a", "+b"),
+        {"new.txt": b"a\nb\n"},
+    ),
+    "modify": (
+        diff(
+            "diff --git a/src/app.py b/src/app.py",
+            "index 3b6b41c..6bf40aa 100644",
+            "--- a/src/app.py",
+            "+++ b/src/app.py",
+            "@@ -2,4 +2,4 @@ import os",
+            " ",
+            " ",
+            " def main():",
+            '-    print("hello")',
+            '+    print("hello, world")',
+        ),
+        diff(
+            "--- a/src/app.py",
+            "+++ b/src/app.py",
+            "@@ -2,4 +2,4 @@ import os",
+            " ",
+            " ",
+            " def main():",
+            '-    print("hello")',
+            '+    print("hello, world")',
+        ),
+        {"src/app.py": b'import os\n\n\ndef main():\n    print("hello, world")\n'},
+    ),
+    "delete": (
+        diff(
+            "diff --git a/old/name.txt b/old/name.txt",
+            "deleted file mode 100644",
+            "index 85c3040..0000000",
+            "--- a/old/name.txt",
+            "+++ /dev/null",
+            "@@ -1,3 +0,0 @@",
+            "-alpha",
+            "-beta",
+            "-gamma",
+        ),
+        diff("--- a/old/name.txt", "+++ /dev/null", "@@ -1,3 +0,0 @@", "-alpha", "-beta", "-gamma"),
+        {"old/name.txt": None},
+    ),
+    "rename": (
+        diff(
+            "diff --git a/old/name.txt b/new/name.txt",
+            "similarity index 100%",
+            "rename from old/name.txt",
+            "rename to new/name.txt",
+        ),
+        diff(
+            "--- /dev/null",
+            "+++ b/new/name.txt",
+            "@@ -0,0 +1,3 @@",
+            "+alpha",
+            "+beta",
+            "+gamma",
+            "--- a/old/name.txt",
+            "+++ /dev/null",
+            "@@ -1,3 +0,0 @@",
+            "-alpha",
+            "-beta",
+            "-gamma",
+        ),
+        {"old/name.txt": None, "new/name.txt": b"alpha\nbeta\ngamma\n"},
+    ),
+    "rename_and_modify": (
+        diff(
+            "diff --git a/old/name.txt b/new/name.txt",
+            "similarity index 70%",
+            "rename from old/name.txt",
+            "rename to new/name.txt",
+            "index 85c3040..e50310a 100644",
+            "--- a/old/name.txt",
+            "+++ b/new/name.txt",
+            "@@ -1,3 +1,3 @@",
+            " alpha",
+            "-beta",
+            "+BETA",
+            " gamma",
+        ),
+        diff(
+            "--- /dev/null",
+            "+++ b/new/name.txt",
+            "@@ -0,0 +1,3 @@",
+            "+alpha",
+            "+BETA",
+            "+gamma",
+            "--- a/old/name.txt",
+            "+++ /dev/null",
+            "@@ -1,3 +0,0 @@",
+            "-alpha",
+            "-beta",
+            "-gamma",
+        ),
+        {"old/name.txt": None, "new/name.txt": RENAMED_CONTENT},
+    ),
+    "multi_hunk": (
+        diff(
+            "diff --git a/docs/notes.txt b/docs/notes.txt",
+            "index ac9837c..923cd5e 100644",
+            "--- a/docs/notes.txt",
+            "+++ b/docs/notes.txt",
+            "@@ -1,6 +1,6 @@",
+            " line 1",
+            " line 2",
+            "-line 3",
+            "+line three",
+            " line 4",
+            " line 5",
+            " line 6",
+            "@@ -24,7 +24,7 @@ line 23",
+            " line 24",
+            " line 25",
+            " line 26",
+            "-line 27",
+            "+line twenty-seven",
+            " line 28",
+            " line 29",
+            " line 30",
+        ),
+        diff(
+            "--- a/docs/notes.txt",
+            "+++ b/docs/notes.txt",
+            "@@ -1,6 +1,6 @@",
+            " line 1",
+            " line 2",
+            "-line 3",
+            "+line three",
+            " line 4",
+            " line 5",
+            " line 6",
+            "@@ -24,7 +24,7 @@ line 23",
+            " line 24",
+            " line 25",
+            " line 26",
+            "-line 27",
+            "+line twenty-seven",
+            " line 28",
+            " line 29",
+            " line 30",
+        ),
+        {
+            "docs/notes.txt": SEED_FILES["docs/notes.txt"]
+            .replace(b"line 3\n", b"line three\n", 1)
+            .replace(b"line 27\n", b"line twenty-seven\n")
+        },
+    ),
+    "no_newline_at_eof_kept": (
+        diff(
+            "diff --git a/tail.txt b/tail.txt",
+            "index 3db2aff..a054364 100644",
+            "--- a/tail.txt",
+            "+++ b/tail.txt",
+            "@@ -1,2 +1,2 @@",
+            " first",
+            "-last",
+            "\\ No newline at end of file",
+            "+last line",
+            "\\ No newline at end of file",
+        ),
+        diff(
+            "--- a/tail.txt",
+            "+++ b/tail.txt",
+            "@@ -1,2 +1,2 @@",
+            " first",
+            "-last",
+            "\\ No newline at end of file",
+            "+last line",
+            "\\ No newline at end of file",
+        ),
+        {"tail.txt": b"first\nlast line"},
+    ),
+    "no_newline_at_eof_fixed": (
+        diff(
+            "diff --git a/tail.txt b/tail.txt",
+            "index 3db2aff..a763886 100644",
+            "--- a/tail.txt",
+            "+++ b/tail.txt",
+            "@@ -1,2 +1,2 @@",
+            " first",
+            "-last",
+            "\\ No newline at end of file",
+            "+last",
+        ),
+        diff(
+            "--- a/tail.txt",
+            "+++ b/tail.txt",
+            "@@ -1,2 +1,2 @@",
+            " first",
+            "-last",
+            "\\ No newline at end of file",
+            "+last",
+        ),
+        {"tail.txt": b"first\nlast\n"},
+    ),
+    "several_files": (
+        diff(
+            "diff --git a/src/app.py b/src/app.py",
+            "index 3b6b41c..9c59e24 100644",
+            "--- a/src/app.py",
+            "+++ b/src/app.py",
+            "@@ -1,5 +1 @@",
+            "-import os",
+            "-",
+            "-",
+            "-def main():",
+            '-    print("hello")',
+            "+first",
+            "diff --git a/tail.txt b/tail.txt",
+            "index 3db2aff..6b0b469 100644",
+            "--- a/tail.txt",
+            "+++ b/tail.txt",
+            "@@ -1,2 +1,3 @@",
+            " first",
+            "-last",
+            "\\ No newline at end of file",
+            "+last",
+            "+more",
+            "\\ No newline at end of file",
+        ),
+        diff(
+            "--- a/src/app.py",
+            "+++ b/src/app.py",
+            "@@ -1,5 +1 @@",
+            "-import os",
+            "-",
+            "-",
+            "-def main():",
+            '-    print("hello")',
+            "+first",
+            "--- a/tail.txt",
+            "+++ b/tail.txt",
+            "@@ -1,2 +1,3 @@",
+            " first",
+            "-last",
+            "\\ No newline at end of file",
+            "+last",
+            "+more",
+            "\\ No newline at end of file",
+        ),
+        {"src/app.py": b"first\n", "tail.txt": b"first\nlast\nmore"},
+    ),
+}
+FORMATS = ("git", "plain")
+
+
+def apply_to_seed(patch: str, files: Mapping[str, bytes] = SEED_FILES) -> dict[str, bytes]:
+    """The files after `patch`, computed from the FileChanges the way a workspace applies them."""
+    result = dict(files)
+    for change in apply_patch_to_files(patch, result.get):
+        if change.old_path is not None:
+            del result[change.old_path]
+        if change.content is None:
+            del result[change.path]
+        else:
+            result[change.path] = change.content
+    return result
+
+
+def expected_files(changes: Mapping[str, bytes | None]) -> dict[str, bytes]:
+    result = dict(SEED_FILES)
+    for path, content in changes.items():
+        if content is None:
+            del result[path]
+        else:
+            result[path] = content
+    return result
+
+
+@pytest.mark.parametrize("form", FORMATS)
+@pytest.mark.parametrize("kind", CASES)
+def test_apply_patch_to_files_applies_each_kind_of_change(kind: str, form: str) -> None:
+    git_patch, plain_patch, changes = CASES[kind]
+
+    result = apply_to_seed(git_patch if form == "git" else plain_patch)
+
+    assert result == expected_files(changes)
+
+
+def test_apply_patch_to_files_reports_a_rename_with_its_old_path() -> None:
+    changes = apply_patch_to_files(CASES["rename_and_modify"][0], SEED_FILES.get)
+
+    assert changes == [FileChange("new/name.txt", RENAMED_CONTENT, old_path="old/name.txt")]
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="cross-check needs the git binary")
+@pytest.mark.parametrize("form", FORMATS)
+@pytest.mark.parametrize("kind", CASES)
+def test_apply_patch_to_files_agrees_with_git_apply(kind: str, form: str, tmp_path: Path) -> None:
+    # Given the seed files in a folder, and the same patch applied by `git apply` there
+    for path, content in SEED_FILES.items():
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_bytes(content)
+    patch = CASES[kind][0] if form == "git" else CASES[kind][1]
+    subprocess.run(["git", "apply", "-"], cwd=tmp_path, input=patch.encode(), check=True, capture_output=True)
+    by_git = {str(p.relative_to(tmp_path)): p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+
+    # Then ours gives the same files, byte for byte
+    assert apply_to_seed(patch) == by_git
+
+
+def test_apply_patch_to_files_names_the_file_and_hunk_that_do_not_apply() -> None:
+    # Given notes.txt whose line 24 changed since the patch was made
+    files = dict(SEED_FILES)
+    files["docs/notes.txt"] = files["docs/notes.txt"].replace(b"line 24\n", b"line 24 changed\n")
+
+    with pytest.raises(PatchDoesNotApplyError) as raised:
+        apply_patch_to_files(CASES["multi_hunk"][0], files.get)
+
+    assert str(raised.value).startswith(
+        "docs/notes.txt, hunk 2 of 2: line 24 expected 'line 24' found 'line 24 changed'"
+    )
+    assert "regenerate the patch against the branch head" in str(raised.value)
+    assert (raised.value.path, raised.value.hunk_number, raised.value.hunk_count) == ("docs/notes.txt", 2, 2)
+    assert isinstance(raised.value, PermanentJobError)  # the job is DEAD and its workspace halts, not retried
+
+
+def test_apply_patch_to_files_says_when_only_the_newline_at_end_of_file_differs() -> None:
+    files = dict(SEED_FILES, **{"tail.txt": b"first\nlast\n"})
+
+    with pytest.raises(PatchDoesNotApplyError, match=r"tail.txt, hunk 1 of 1: line 2 expected 'last' \(no newline"):
+        apply_patch_to_files(CASES["no_newline_at_eof_kept"][0], files.get)
+
+
+def test_apply_patch_to_files_finds_hunks_whose_lines_moved() -> None:
+    # Given two lines inserted at the top of notes.txt after the patch was made: both hunks are 2 lines further down
+    files = dict(SEED_FILES)
+    files["docs/notes.txt"] = b"new 1\nnew 2\n" + files["docs/notes.txt"]
+
+    result = apply_to_seed(CASES["multi_hunk"][0], files)
+
+    assert result["docs/notes.txt"] == b"new 1\nnew 2\n" + expected_files(CASES["multi_hunk"][2])["docs/notes.txt"]
+
+
+@pytest.mark.parametrize(
+    ("patch", "path", "reason"),
+    [
+        (
+            diff("--- /dev/null", "+++ b/README.md", "@@ -0,0 +1 @@", "+again"),
+            "README.md",
+            "creates this file but it exists",
+        ),
+        (
+            diff("diff --git a/gone.py b/gone.py", "--- a/gone.py", "+++ b/gone.py", "@@ -1 +1 @@", "-a", "+b"),
+            "gone.py",
+            "no such file",
+        ),
+        (diff("--- a/gone.py", "+++ /dev/null", "@@ -1 +0,0 @@", "-a"), "gone.py", "no such file"),
+        (diff("--- a/gone.py", "+++ b/gone.py", "@@ -1 +1 @@", "-a", "+b"), "gone.py", "no such file"),
+        (
+            diff("--- a/old/name.txt", "+++ /dev/null", "@@ -1,2 +0,0 @@", "-alpha", "-beta"),
+            "old/name.txt",
+            "deletes this file but 1 of its lines are not in the patch",
+        ),
+        (
+            diff("diff --git a/README.md b/tail.txt", "rename from README.md", "rename to tail.txt"),
+            "tail.txt",
+            "renames a file to this path but it exists",
+        ),
+        (diff("--- /dev/null", "+++ b/../escape.txt", "@@ -0,0 +1 @@", "+x"), "../escape.txt", "must be relative"),
+        (diff("--- /dev/null", "+++ b/.git/hooks/pre-commit", "@@ -0,0 +1 @@", "+x"), ".git/hooks/pre-commit", ".git"),
+        (
+            diff(
+                "diff --git a/logo.png b/logo.png",
+                "index 1111111..2222222 100644",
+                "Binary files a/logo.png and b/logo.png differ",
+            ),
+            "logo.png",
+            "binary patches are not supported",
+        ),
+    ],
+)
+def test_apply_patch_to_files_refuses_a_change_the_workspace_cannot_take(patch: str, path: str, reason: str) -> None:
+    with pytest.raises(PatchDoesNotApplyError) as raised:
+        apply_patch_to_files(patch, SEED_FILES.get)
+
+    assert raised.value.path == path
+    assert raised.value.hunk_number is None
+    assert reason in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    "patch",
+    [
+        "this is not a diff\n",
+        diff("@@ -1 +1 @@", "-a", "+b"),  # a hunk without file headers
+        diff("--- a/README.md", "+++ b/README.md", "@@ -1,3 +1,3 @@", " # demo"),  # shorter than its header says
+    ],
+)
+def test_apply_patch_to_files_refuses_what_is_not_a_unified_diff(patch: str) -> None:
+    with pytest.raises(PatchDoesNotApplyError) as raised:
+        apply_patch_to_files(patch, SEED_FILES.get)
+
+    assert raised.value.path == PATCH_AS_A_WHOLE
+
+
+def test_apply_patch_to_files_plain_insertion_at_line_zero_creates_or_prepends() -> None:
+    # The product's own sample patches: `@@ -0,0 +1 @@` creates a missing file and prepends to an existing one.
+    creates = diff("--- a/src/new.txt", "+++ b/src/new.txt", "@@ -0,0 +1 @@", "+change 1 by agent")
+    prepends = diff("--- a/README.md", "+++ b/README.md", "@@ -0,0 +1 @@", "+change 2 by agent")
+
+    assert apply_to_seed(creates)["src/new.txt"] == b"change 1 by agent\n"
+    assert apply_to_seed(prepends)["README.md"] == b"change 2 by agent\n# demo\n"
+
+
+def test_apply_patch_to_files_reads_modes_and_quoted_paths() -> None:
+    mode_change = diff("diff --git a/tail.txt b/tail.txt", "old mode 100644", "new mode 100755")
+    quoted = diff(
+        'diff --git "a/\\303\\251 file.txt" "b/\\303\\251 file.txt"',
+        "new file mode 100755",
+        "index 0000000..587be6b",
+        "--- /dev/null",
+        '+++ "b/\\303\\251 file.txt"\t',
+        "@@ -0,0 +1 @@",
+        "+x",
+    )
+
+    assert apply_patch_to_files(mode_change, SEED_FILES.get) == [
+        FileChange("tail.txt", SEED_FILES["tail.txt"], mode=EXECUTABLE_FILE_MODE)
+    ]
+    assert apply_patch_to_files(quoted, SEED_FILES.get) == [FileChange("é file.txt", b"x\n", mode=EXECUTABLE_FILE_MODE)]
+    assert apply_patch_to_files(CASES["add"][1], SEED_FILES.get)[0].mode == REGULAR_FILE_MODE
