@@ -201,7 +201,7 @@ def patch_fifo_redelivery_order() -> None:
     queue_class.pending_message_groups = property(pending_message_groups)  # type: ignore[method-assign,assignment]
 
 
-_ATOMIC_OPERATIONS: Final = (
+ATOMIC_QUEUE_OPERATIONS: Final = (
     "send_message",
     "send_message_batch",
     "delete_message",
@@ -236,7 +236,7 @@ def patch_atomic_queue_operations() -> None:
         setattr(wrapper, _PATCHED, True)
         return wrapper
 
-    for name in _ATOMIC_OPERATIONS:
+    for name in ATOMIC_QUEUE_OPERATIONS:
         setattr(backend_class, name, atomic(getattr(backend_class, name)))
 
     original_receive_message = backend_class.receive_message

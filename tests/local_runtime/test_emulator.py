@@ -279,17 +279,9 @@ def _race_two_receivers(patched: bool, monkeypatch: pytest.MonkeyPatch) -> list[
     from moto import mock_aws
     from moto.sqs import models
 
-    from agent_jobs_local.emulator import patch_atomic_queue_operations
+    from agent_jobs_local.emulator import ATOMIC_QUEUE_OPERATIONS, patch_atomic_queue_operations
 
-    for name in (
-        "send_message",
-        "send_message_batch",
-        "delete_message",
-        "delete_message_batch",
-        "change_message_visibility",
-        "change_message_visibility_batch",
-        "receive_message",
-    ):
+    for name in (*ATOMIC_QUEUE_OPERATIONS, "receive_message"):
         monkeypatch.setattr(models.SQSBackend, name, getattr(models.SQSBackend, name))  # restored after the test
     if patched:
         patch_atomic_queue_operations()
