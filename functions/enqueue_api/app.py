@@ -4,6 +4,13 @@
                          202 accepted, or already accepted with the same payload ("created": false)
                          409 the jobId is taken by another job; 400, 413, 415, 422 a request to fix; 503 retry
     GET  /jobs/{jobId}   200 the job's public state and history; 403 another tenant's job; 404 unknown; 422 bad id
+    PUT  /workspaces/{workspaceId}
+                         body: {"remoteUrl", "branch", "baseBranch", "testCommands", "tokenParameter",
+                         "githubRepository", "githubApiUrl"}; 201 registered, 200 updated; 403 another tenant's
+                         workspace; 400, 413, 415, 422 a request to fix; 503 retry (registering is idempotent)
+    GET  /workspaces/{workspaceId}
+                         200 the registration and the workspace's state (ACTIVE, HALTED, RESUMING); 403 another
+                         tenant's; 404 neither registered nor halted; 422 bad id
 
 Tenancy: the caller's tenant comes from `caller_tenant` and nowhere else. It is the `tenant_id` claim of the verified
 JWT that an HTTP API JWT authorizer puts at `requestContext.authorizer.jwt.claims`. While the API has no authorizer
@@ -42,14 +49,18 @@ from agent_jobs.models import (
     JobId,
     JobType,
     OpenPrJob,
+    RegisteredWorkspace,
     RunTestsJob,
     TenantId,
     WorkspaceId,
+    WorkspaceRegistration,
+    WorkspaceState,
     job_request_adapter,
 )
 from agent_jobs.producer import JobConflictError, enqueue_job
 from agent_jobs.services import Services, build_services
 from agent_jobs.settings import Settings
+from agent_jobs.workspaces import WorkspaceOwnedElsewhereError, WorkspaceRegistry, WorkspaceStatus
 
 logger = Logger()
 tracer = Tracer()
@@ -76,6 +87,21 @@ PUBLIC_JOB_FIELDS: Final = (
     "error",
     "history",
 )
+PUBLIC_WORKSPACE_FIELDS: Final = (
+    "workspaceId",
+    "tenantId",
+    "remoteUrl",
+    "branch",
+    "baseBranch",
+    "testCommands",
+    "tokenParameter",
+    "githubRepository",
+    "githubApiUrl",
+    "registeredAt",
+)
+PUBLIC_WORKSPACE_STATE_FIELDS: Final = ("state", "haltingJobId", "haltReason")
+_JOB_SHAPE: Final = '{"jobId", "workspaceId", "type", "payload"}'
+_WORKSPACE_SHAPE: Final = '{"remoteUrl", "branch", ...}'
 _ALLOWED_TYPES: Final = ", ".join(job_type.value for job_type in JobType)
 _ID_RULE: Final = "letters, digits, '.', '_' and '-', starting with a letter or digit"
 _ID_FIELDS: Final[dict[str, TypeAdapter[str]]] = {"jobId": TypeAdapter(JobId), "workspaceId": TypeAdapter(WorkspaceId)}
@@ -154,28 +180,60 @@ def body_limit_bytes(settings: Settings) -> int:
 
 def parse_job_request(event: APIGatewayProxyEventV2, settings: Settings) -> Job:
     """The job in the request body, or RequestRefused (415, 413, 400 or 422) naming what to fix."""
+    document = _json_object_body(
+        event,
+        settings,
+        shape=f"a job: {_JOB_SHAPE}",
+        too_large=f"(MAX_PAYLOAD_BYTES={settings.max_payload_bytes} for the payload plus {ENVELOPE_ALLOWANCE_BYTES} "
+        "for the job's other fields); store large content elsewhere and send a smaller payload",
+    )
+    return _validate_job(document)
+
+
+def parse_workspace_registration(event: APIGatewayProxyEventV2, settings: Settings) -> WorkspaceRegistration:
+    """The workspace registration in the request body, or RequestRefused (415, 413, 400 or 422) naming what to fix.
+
+    Parsed like a job: the same content type, size limit and JSON rules, and 422 errors named by camelCase path
+    (`testCommands.unit.0`). The tenant is not part of the body: `tenantId` there is an unknown field.
+    """
+    document = _json_object_body(
+        event,
+        settings,
+        shape=f"a workspace registration: {_WORKSPACE_SHAPE}",
+        too_large="(the same limit as a job's); send fewer or shorter test commands",
+    )
+    try:
+        return WorkspaceRegistration.model_validate(document)
+    except ValidationError as error:
+        errors = [_field_error(detail) for detail in error.errors(include_input=False, include_url=False)]
+        raise RequestRefused(
+            HTTPStatus.UNPROCESSABLE_ENTITY,
+            f"the workspace registration is invalid ({len(errors)} {'error' if len(errors) == 1 else 'errors'}); fix "
+            "the fields listed in 'errors' and send it again",
+            errors,
+        ) from None
+
+
+def _json_object_body(
+    event: APIGatewayProxyEventV2, settings: Settings, *, shape: str, too_large: str
+) -> dict[str, Any]:
+    """The request body as a JSON object: 415 not JSON, 413 over the limit, 400 empty, malformed or not an object."""
     _require_json_content_type(event)
     raw = _body_bytes(event)
     limit = body_limit_bytes(settings)
     if len(raw) > limit:
         raise RequestRefused(
             HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
-            f"the request body is {len(raw)} bytes; the limit is {limit} bytes "
-            f"(MAX_PAYLOAD_BYTES={settings.max_payload_bytes} for the payload plus {ENVELOPE_ALLOWANCE_BYTES} for "
-            "the job's other fields); store large content elsewhere and send a smaller payload",
+            f"the request body is {len(raw)} bytes; the limit is {limit} bytes {too_large}",
         )
     if not raw.strip():
-        raise RequestRefused(
-            HTTPStatus.BAD_REQUEST, 'the request body is empty; send a job: {"jobId", "workspaceId", "type", "payload"}'
-        )
+        raise RequestRefused(HTTPStatus.BAD_REQUEST, f"the request body is empty; send {shape}")
     document = _parse_json(raw)
     if not isinstance(document, dict):
         raise RequestRefused(
-            HTTPStatus.BAD_REQUEST,
-            f'the request body is a JSON {_json_kind(document)}; send a JSON object: {{"jobId", "workspaceId", '
-            '"type", "payload"}',
+            HTTPStatus.BAD_REQUEST, f"the request body is a JSON {_json_kind(document)}; send a JSON object: {shape}"
         )
-    return _validate_job(document)
+    return document
 
 
 def _json_kind(document: Any) -> str:
@@ -191,7 +249,7 @@ def _require_json_content_type(event: APIGatewayProxyEventV2) -> None:
     if media_type != JSON_MEDIA_TYPE and not media_type.endswith("+json"):
         raise RequestRefused(
             HTTPStatus.UNSUPPORTED_MEDIA_TYPE,
-            f"Content-Type '{content_type}' is not JSON; send the job as {JSON_MEDIA_TYPE}",
+            f"Content-Type '{content_type}' is not JSON; send the body as {JSON_MEDIA_TYPE}",
         )
 
 
@@ -286,22 +344,46 @@ def _id_errors(document: dict[str, Any]) -> list[dict[str, str]]:
     return errors
 
 
-def _valid_job_id(raw: str) -> str:
-    job_id = unquote(raw)
+def _valid_path_id(field: str, raw: str) -> str:
+    """A jobId or workspaceId from the URL path (percent-decoded), or a 422 naming it."""
+    value = unquote(raw)
     try:
-        return _ID_FIELDS["jobId"].validate_python(job_id)
+        return _ID_FIELDS[field].validate_python(value)
     except ValidationError as error:
         detail = error.errors(include_input=False, include_url=False)[0]
         raise RequestRefused(
             HTTPStatus.UNPROCESSABLE_ENTITY,
-            "the jobId in the path is invalid",
-            [{"field": "jobId", "message": f"{detail['msg']}; a jobId is {_id_length_rule('jobId')} {_ID_RULE}"}],
+            f"the {field} in the path is invalid",
+            [{"field": field, "message": f"{detail['msg']}; a {field} is {_id_length_rule(field)} {_ID_RULE}"}],
         ) from None
 
 
 def public_job_view(item: dict[str, Any]) -> dict[str, Any]:
     """What a tenant may see of its job: never the lease owner or stored message bodies."""
     return {name: item.get(name) for name in PUBLIC_JOB_FIELDS}
+
+
+def public_workspace_view(workspace: RegisteredWorkspace) -> dict[str, Any]:
+    """A registration as its owner sees it (the token's location, never a token)."""
+    registration = workspace.registration.model_dump(by_alias=True)
+    view = {"workspaceId": workspace.workspace_id, "tenantId": workspace.tenant_id, **registration}
+    view["registeredAt"] = workspace.registered_at
+    return {name: view.get(name) for name in PUBLIC_WORKSPACE_FIELDS}
+
+
+def public_workspace_status_view(status: WorkspaceStatus) -> dict[str, Any]:
+    """The registration (its fields null when the workspace only carries halt state) and the workspace's state."""
+    if status.registered is not None:
+        view = public_workspace_view(status.registered)
+    else:
+        view = dict.fromkeys(PUBLIC_WORKSPACE_FIELDS)
+        view.update(workspaceId=status.workspace_id, tenantId=status.tenant_id)
+    view.update(state=str(status.state), haltingJobId=status.halting_job_id, haltReason=status.halt_reason)
+    return view
+
+
+def workspace_registry(svc: Services) -> WorkspaceRegistry:
+    return WorkspaceRegistry(svc.dynamodb, svc.settings.table_name)
 
 
 # ---- routes --------------------------------------------------------------------------------------------------------
@@ -331,7 +413,7 @@ def submit_job() -> Response[Any]:
 def read_job(job_id: str) -> Response[Any]:
     svc = services()
     tenant = caller_tenant(app.current_event, svc.settings)
-    job_id = _valid_job_id(job_id)
+    job_id = _valid_path_id("jobId", job_id)
     logger.append_keys(job_id=job_id, tenant_id=tenant)
     item = svc.guard.get_job(job_id)
     if item is None:
@@ -340,6 +422,53 @@ def read_job(job_id: str) -> Response[Any]:
         raise RequestRefused(HTTPStatus.FORBIDDEN, f"job '{job_id}' belongs to another tenant")
     metrics.add_metric(name="JobsRead", unit=MetricUnit.Count, value=1)
     return _json_response(HTTPStatus.OK, public_job_view(item))
+
+
+@app.put("/workspaces/<workspace_id>")
+@tracer.capture_method(capture_response=False)
+def register_workspace(workspace_id: str) -> Response[Any]:
+    svc = services()
+    tenant = caller_tenant(app.current_event, svc.settings)
+    workspace_id = _valid_path_id("workspaceId", workspace_id)
+    logger.append_keys(workspace_id=workspace_id, tenant_id=tenant)
+    registration = parse_workspace_registration(app.current_event, svc.settings)
+    try:
+        outcome = workspace_registry(svc).register(workspace_id, registration, tenant)
+    except WorkspaceOwnedElsewhereError as owned:
+        raise RequestRefused(HTTPStatus.FORBIDDEN, str(owned)) from None
+    metrics.add_metric(
+        name="WorkspacesRegistered" if outcome.created else "WorkspacesUpdated", unit=MetricUnit.Count, value=1
+    )
+    logger.info("workspace registered" if outcome.created else "workspace registration updated")
+    return _json_response(
+        HTTPStatus.CREATED if outcome.created else HTTPStatus.OK,
+        public_workspace_view(outcome.workspace),
+        headers={"Location": f"/workspaces/{workspace_id}"},
+    )
+
+
+@app.get("/workspaces/<workspace_id>")
+@tracer.capture_method(capture_response=False)
+def read_workspace(workspace_id: str) -> Response[Any]:
+    svc = services()
+    tenant = caller_tenant(app.current_event, svc.settings)
+    workspace_id = _valid_path_id("workspaceId", workspace_id)
+    logger.append_keys(workspace_id=workspace_id, tenant_id=tenant)
+    status = workspace_registry(svc).status(workspace_id)
+    # An item nobody owns (halted by a message that named no tenant) is shown to no one until a tenant registers it.
+    if (
+        status is None
+        or status.tenant_id is None
+        or (status.registered is None and status.state is WorkspaceState.ACTIVE)
+    ):
+        raise RequestRefused(
+            HTTPStatus.NOT_FOUND,
+            f"no workspace '{workspace_id}'; register it with PUT /workspaces/{workspace_id}",
+        )
+    if status.tenant_id != tenant:
+        raise RequestRefused(HTTPStatus.FORBIDDEN, f"workspace '{workspace_id}' belongs to another tenant")
+    metrics.add_metric(name="WorkspacesRead", unit=MetricUnit.Count, value=1)
+    return _json_response(HTTPStatus.OK, public_workspace_status_view(status))
 
 
 @app.exception_handler(RequestRefused)  # type: ignore[untyped-decorator]  # Powertools leaves it unannotated
@@ -356,14 +485,13 @@ def refused(error: RequestRefused) -> Response[Any]:
 def aws_unavailable(error: Exception) -> Response[Any]:
     logger.exception("AWS call failed")
     metrics.add_metric(name="ServiceUnavailable", unit=MetricUnit.Count, value=1)
-    return _json_response(
-        HTTPStatus.SERVICE_UNAVAILABLE,
-        {
-            "message": "the job store or queue is unavailable; retry the same request with the same jobId shortly "
-            "(a jobId is accepted at most once, so a retry cannot create a duplicate)"
-        },
-        headers={"Retry-After": "2"},
+    message = (
+        "the job store or queue is unavailable; retry the same request with the same jobId shortly "
+        "(a jobId is accepted at most once, so a retry cannot create a duplicate)"
     )
+    if app.current_event.path.startswith("/workspaces/"):
+        message = "the workspace store is unavailable; retry the same request shortly (registering is idempotent)"
+    return _json_response(HTTPStatus.SERVICE_UNAVAILABLE, {"message": message}, headers={"Retry-After": "2"})
 
 
 @logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_HTTP, clear_state=True)

@@ -88,7 +88,12 @@ def key_shape(value: Any) -> Any:
 
 def test_api_server_routes_come_from_the_template(server_stack: Stack) -> None:
     routes = http_api_routes(server_stack.model)
-    assert {route.route_key for route in routes} == {"POST /jobs", "GET /jobs/{jobId}"}
+    assert {route.route_key for route in routes} == {
+        "POST /jobs",
+        "GET /jobs/{jobId}",
+        "PUT /workspaces/{workspaceId}",
+        "GET /workspaces/{workspaceId}",
+    }
     assert {route.function_id for route in routes} == {"EnqueueApiFunction"}
 
 
