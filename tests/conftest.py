@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
@@ -344,3 +345,60 @@ def enqueue(stack: Stack, *jobs: Any, tenant_id: str = "tenant-1") -> list[Any]:
         enqueue_job(job, tenant_id, guard=stack.guard, sqs=stack.services.sqs, queue_url=stack.queue_url)
         for job in jobs
     ]
+
+
+# ---- registered git workspaces ------------------------------------------------------------------------------------
+
+
+@dataclass
+class GitWorkspaces:
+    """Bare git remotes (made with dulwich) registered as workspaces, and the fake GitHub their open_pr talks to."""
+
+    root: Path
+    github: Any
+
+    def branch(self, workspace_id: str) -> list[str]:
+        """The jobIds of the commits on the workspace's branch, oldest first, read from the remote itself."""
+        from jobs.git_workspace import GitRemote, GitWorkspaceStore
+
+        remote = GitRemote(url=str(self.root / f"{workspace_id}.git"), branch=f"agent/{workspace_id}")
+        store = GitWorkspaceStore(self.root / "reader-cache", lambda _: remote)
+        return [commit.job_id for commit in store.open(workspace_id).history()]
+
+
+@pytest.fixture
+def register_git_workspace(tmp_path: Path) -> Iterator[Callable[..., GitWorkspaces]]:
+    """register(stack, workspace_id, files) makes a bare remote seeded with `files` on main and registers it."""
+    from dulwich.repo import Repo
+
+    from agent_jobs.models import WorkspaceRegistration
+    from agent_jobs.workspaces import WorkspaceRegistry
+    from agent_jobs_local.fake_github import FakeGitHub
+    from tests.git.conftest import commit_files
+
+    github = FakeGitHub().start()
+    workspaces = GitWorkspaces(root=tmp_path / "remotes", github=github)
+
+    def register(
+        stack: Stack, workspace_id: str, files: dict[str, bytes], tenant_id: str = "tenant-1"
+    ) -> GitWorkspaces:
+        remote = workspaces.root / f"{workspace_id}.git"
+        remote.mkdir(parents=True)
+        Repo.init_bare(str(remote)).close()
+        commit_files(remote, "main", files, "initial commit")
+        github.add_repository("agents", workspace_id)
+        registration = WorkspaceRegistration.model_validate(
+            {
+                "remoteUrl": str(remote),
+                "branch": f"agent/{workspace_id}",
+                "baseBranch": "main",
+                "testCommands": {"unit": [sys.executable, "-c", "print('tests pass')"]},
+                "githubRepository": f"agents/{workspace_id}",
+                "githubApiUrl": github.url,
+            }
+        )
+        WorkspaceRegistry(stack.services.dynamodb, stack.table_name).register(workspace_id, registration, tenant_id)
+        return workspaces
+
+    yield register
+    github.stop()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
@@ -9,7 +10,8 @@ from aws_lambda_powertools.utilities.batch.types import PartialItemFailureRespon
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from agent_jobs.services import build_services
-from jobs.workspace import LocalWorkspaceStore
+from agent_jobs.workspaces import WorkspaceRegistry
+from jobs.registered import RegisteredWorkspaceStore
 from processing import BatchWorker
 
 logger = Logger()
@@ -24,9 +26,11 @@ def worker() -> BatchWorker:
     global _worker  # noqa: PLW0603
     if _worker is None:
         services = build_services()
+        registry = WorkspaceRegistry(services.dynamodb, services.settings.table_name)
         _worker = BatchWorker(
             services=services,
-            workspaces=LocalWorkspaceStore(services.settings.workspaces_root),
+            # Registered git workspaces; their warm bare caches live under WORKSPACES_ROOT (/tmp in Lambda).
+            workspaces=RegisteredWorkspaceStore(registry, Path(services.settings.workspaces_root)),
             logger=logger,
             metrics=metrics,
         )

@@ -31,6 +31,7 @@ from agent_jobs.services import Services
 from jobs import run_job
 from jobs.context import JobContext
 from jobs.errors import PermanentJobError
+from jobs.registered import RegisteredWorkspaceStore
 from jobs.workspace import WorkspaceStore
 
 if TYPE_CHECKING:
@@ -134,13 +135,7 @@ class BatchWorker:
         lease = claim.lease
         started = time.monotonic()
         try:
-            result = run_job(
-                message.request(),
-                JobContext(
-                    workspace=self.workspaces.open(message.workspace_id),
-                    remaining_ms=context.get_remaining_time_in_millis,
-                ),
-            )
+            result = run_job(message.request(), self._job_context(message.workspace_id, context))
         except PermanentJobError as error:
             guard.fail(lease, str(error), permanent=True)
             self.logger.error("job failed permanently: DEAD, workspace halted", extra={"error": str(error)})
@@ -165,6 +160,25 @@ class BatchWorker:
         self._count("JobsSucceeded")
         self.metrics.add_metric(
             name="JobDuration", unit=MetricUnit.Milliseconds, value=(time.monotonic() - started) * 1000
+        )
+
+    def _job_context(self, workspace_id: str, context: LambdaContext) -> JobContext:
+        """The handler's view of its workspace; for a registered git workspace also its registration and token.
+        (An unregistered workspace raises PermanentJobError here: the job ends DEAD with what to do.)"""
+        workspaces = self.workspaces
+        margin = self.services.settings.time_safety_margin_ms
+        if isinstance(workspaces, RegisteredWorkspaceStore):
+            return JobContext(
+                workspace=workspaces.open(workspace_id),
+                remaining_ms=context.get_remaining_time_in_millis,
+                registration=workspaces.registration(workspace_id),
+                token=lambda: workspaces.token(workspace_id),
+                safety_margin_ms=margin,
+            )
+        return JobContext(
+            workspace=workspaces.open(workspace_id),
+            remaining_ms=context.get_remaining_time_in_millis,
+            safety_margin_ms=margin,
         )
 
     def _parse_or_reject(self, record: SQSRecord) -> JobMessage | None:

@@ -263,7 +263,12 @@ def test_policies_grant_what_each_function_needs(template: Template) -> None:
         "sqs:GetQueueAttributes",
         "sqs:ChangeMessageVisibility",
         "sqs:SendMessage",
+        "ssm:GetParameter",
+        "secretsmanager:GetSecretValue",
     }
+    # workspace tokens: only under the configured prefix, never every parameter or secret of the account
+    token_resources = next(s for s in _statements(template, "JobWorkerFunction") if s.get("Sid") == "WorkspaceTokens")
+    assert all("${WorkspaceTokenPrefix}/*" in resource["Fn::Sub"] for resource in token_resources["Resource"])
     worker_table_resources = _statements(template, "JobWorkerFunction")[0]["Resource"]
     assert {"Fn::Sub": "${JobsTable.Arn}/index/*"} in worker_table_resources
 
@@ -349,7 +354,12 @@ def test_outputs_expose_the_api_queues_and_table(template: Template) -> None:
 def test_api_routes_post_and_get_jobs(template: Template) -> None:
     events = _props(template, "EnqueueApiFunction")["Events"].values()
     routes = {(e["Properties"]["Method"], e["Properties"]["Path"]) for e in events if e["Type"] == "HttpApi"}
-    assert routes == {("POST", "/jobs"), ("GET", "/jobs/{jobId}")}
+    assert routes == {
+        ("POST", "/jobs"),
+        ("GET", "/jobs/{jobId}"),
+        ("PUT", "/workspaces/{workspaceId}"),
+        ("GET", "/workspaces/{workspaceId}"),
+    }
     assert all(e["Properties"]["ApiId"] == {"Ref": "JobsHttpApi"} for e in events)
 
 

@@ -10,10 +10,19 @@ from typing import Any
 import pytest
 
 from agent_jobs.models import JobStatus
-from jobs.workspace import LocalWorkspaceStore
-from tests.conftest import REPO, Stack, enqueue, make_message
+from tests.conftest import REPO, GitWorkspaces, Stack, enqueue, make_message
 
 EVENTS = REPO / "events"
+
+
+ALPHA_FILES = {"src/app.py": b"old\n", "README.md": b"# alpha\n"}  # what events/ patches apply to
+BETA_FILES = {"README.md": b"old\n"}
+
+
+@pytest.fixture
+def git(any_stack: Stack, register_git_workspace: Any) -> GitWorkspaces:
+    register_git_workspace(any_stack, "repo-alpha", ALPHA_FILES, tenant_id="tenant-demo")
+    return register_git_workspace(any_stack, "repo-beta", BETA_FILES, tenant_id="tenant-demo")  # type: ignore[no-any-return]
 
 
 @pytest.fixture
@@ -32,29 +41,45 @@ def load_event(name: str) -> dict[str, Any]:
     return event
 
 
-def test_worker_app_runs_the_two_workspace_event(worker_app, any_stack, tmp_path, lambda_context):
+def test_worker_app_runs_the_two_workspace_event(worker_app, any_stack, git, lambda_context):
     event = load_event("sqs_fifo_two_workspaces.json")
     response = worker_app.lambda_handler(event, lambda_context())
     assert response == {"batchItemFailures": []}
-    store = LocalWorkspaceStore(tmp_path / "ws")
-    assert [c.job_id for c in store.open("repo-alpha").history()] == ["job-a-001"]
-    assert [c.job_id for c in store.open("repo-beta").history()] == ["job-b-001"]
+    # the branches on the git remotes carry each apply_patch commit once, with its trailer
+    assert git.branch("repo-alpha") == ["job-a-001"]
+    assert git.branch("repo-beta") == ["job-b-001"]
     for record in event["Records"]:
         job = any_stack.job(json.loads(record["body"])["jobId"])
         assert job["status"] == JobStatus.SUCCEEDED
         assert job["tenantId"] == "tenant-demo"
         assert job["sequenceNumber"] == record["attributes"]["SequenceNumber"]
+    # run_tests ran the registered command on the branch head; open_pr opened one pull request
+    tests_result = any_stack.job("job-a-002")["result"]
+    assert (tests_result["outcome"], tests_result["exitCode"]) == ("passed", 0)
+    assert "tests pass" in tests_result["outputTail"]
+    pulls = git.github.list_pulls()
+    assert [(p.owner, p.repo, p.head, p.base) for p in pulls] == [("agents", "repo-alpha", "agent/repo-alpha", "main")]
+    assert any_stack.job("job-a-003")["result"]["number"] == pulls[0].number
 
 
-def test_worker_app_absorbs_the_duplicate_delivery_event(worker_app, any_stack, tmp_path, lambda_context):
+def test_worker_app_absorbs_the_duplicate_delivery_event(worker_app, any_stack, git, lambda_context):
     event = load_event("sqs_fifo_duplicate_delivery.json")
     response = worker_app.lambda_handler(event, lambda_context())
     assert response == {"batchItemFailures": []}
-    store = LocalWorkspaceStore(tmp_path / "ws")
-    assert [c.job_id for c in store.open("repo-alpha").history()] == ["job-a-001"]
+    assert git.branch("repo-alpha") == ["job-a-001"]
     job = any_stack.job("job-a-001")
     assert job["attempt"] == 1
     assert job["messageId"] == event["Records"][0]["messageId"]  # the resent message never claimed it
+
+
+def test_worker_app_unregistered_workspace_is_dead_and_halted(worker_app, any_stack, lambda_context):
+    event = load_event("sqs_fifo_two_workspaces.json")
+    event["Records"] = event["Records"][:1]
+    assert worker_app.lambda_handler(event, lambda_context()) == {"batchItemFailures": []}
+    job = any_stack.job("job-a-001")
+    assert job["status"] == JobStatus.DEAD
+    assert "PUT /workspaces/repo-alpha" in job["error"]
+    assert any_stack.workspace("repo-alpha")["state"] == "HALTED"
 
 
 def test_worker_app_reports_a_leased_record_and_never_raises(worker_app, any_stack, lambda_context):
@@ -77,10 +102,11 @@ def test_worker_app_settings_come_from_the_environment(worker_app, any_stack, mo
     assert worker_app.worker() is worker  # built once, reused while warm
 
 
-def test_worker_app_message_from_the_producer_runs(worker_app, any_stack, tmp_path, lambda_context):
+def test_worker_app_message_from_the_producer_runs(worker_app, any_stack, register_git_workspace, lambda_context):
     from tests.conftest import make_job
 
+    git = register_git_workspace(any_stack, "ws-prod", {"README.md": b"# prod\n"})
     enqueue(any_stack, make_job("p-1", "ws-prod"))
     event = any_stack.receive()
     assert worker_app.lambda_handler(event, lambda_context()) == {"batchItemFailures": []}
-    assert [c.job_id for c in LocalWorkspaceStore(tmp_path / "ws").open("ws-prod").history()] == ["p-1"]
+    assert git.branch("ws-prod") == ["p-1"]

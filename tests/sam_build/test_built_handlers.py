@@ -55,10 +55,18 @@ def built_env(server_stack: Stack, moto_server: str, tmp_path: Path) -> dict[str
     return {**server_stack.env(), "AWS_ENDPOINT_URL": moto_server, "WORKSPACES_ROOT": str(tmp_path / "ws")}
 
 
-def test_built_worker_runs_the_sqs_events(local_build_dir: Path, built_env: dict[str, str], server_stack: Stack):
+def test_built_worker_runs_the_sqs_events(
+    local_build_dir: Path, built_env: dict[str, str], server_stack: Stack, register_git_workspace: Any
+):
+    # Given the events' workspaces registered on bare git remotes (the built layer brings dulwich)
+    register_git_workspace(server_stack, "repo-alpha", {"src/app.py": b"old\n"}, tenant_id="tenant-demo")
+    git = register_git_workspace(server_stack, "repo-beta", {"README.md": b"old\n"}, tenant_id="tenant-demo")
     result = run_built(local_build_dir, "JobWorkerFunction", REPO / "events/sqs_fifo_two_workspaces.json", built_env)
     assert result == {"batchItemFailures": []}
     assert server_stack.job("job-a-003")["status"] == "SUCCEEDED"
+    # the built worker applied the patches to the remotes: one commit per job, with its trailer
+    assert git.branch("repo-alpha") == ["job-a-001"]
+    assert git.branch("repo-beta") == ["job-b-001"]
     # the duplicate-delivery event on the same table: its jobs already took effect, nothing runs twice
     result = run_built(
         local_build_dir, "JobWorkerFunction", REPO / "events/sqs_fifo_duplicate_delivery.json", built_env

@@ -58,9 +58,17 @@ def test_sam_build_puts_the_agent_jobs_package_in_the_layer(arm64_build_dir: Pat
 def test_sam_build_layer_leaves_the_runtime_sdk_out(arm64_build_dir: Path) -> None:
     # Given the Lambda runtime ships boto3 and botocore, a second copy in /opt/python would shadow them
     layer_python = arm64_build_dir / "SharedLayer" / "python"
-    for package in ("aws_lambda_powertools", "pydantic", "pydantic_settings", "aws_xray_sdk"):
+    for package in (
+        "aws_lambda_powertools",
+        "pydantic",
+        "pydantic_settings",
+        "aws_xray_sdk",
+        "dulwich",
+        "unidiff",
+        "urllib3",
+    ):
         assert (layer_python / package).is_dir(), package
-    for package in ("boto3", "botocore", "s3transfer", "urllib3", "bin"):
+    for package in ("boto3", "botocore", "s3transfer", "bin"):
         assert not (layer_python / package).exists(), package
 
 

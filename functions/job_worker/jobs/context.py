@@ -1,14 +1,23 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from jobs.workspace import Workspace
+
+if TYPE_CHECKING:
+    from agent_jobs.models import RegisteredWorkspace
 
 
 @dataclass(frozen=True)
 class JobContext:
-    """What a job handler may touch: its workspace, and the time left in the invocation."""
+    """What a job handler may touch: its workspace, the time left in the invocation, and, for a workspace registered
+    as a git remote, its registration and its token (read on demand)."""
 
     workspace: Workspace
     remaining_ms: Callable[[], int]
+    registration: RegisteredWorkspace | None = None
+    token: Callable[[], str | None] = field(default=lambda: None)
+    # Time a handler leaves unused at the end of the invocation (the worker's TIME_SAFETY_MARGIN_MS).
+    safety_margin_ms: int = 0

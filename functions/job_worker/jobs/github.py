@@ -185,11 +185,12 @@ class GitHubClient:
 
     def _send(self, method: str, url: str, payload: Mapping[str, Any] | None) -> _Answer:
         headers = {
-            "Authorization": f"Bearer {self._token}",
             "Accept": "application/vnd.github+json",
             "X-GitHub-Api-Version": API_VERSION,
             "User-Agent": USER_AGENT,
         }
+        if self._token:  # a local or test server may take anonymous requests; GitHub then answers 401/404
+            headers["Authorization"] = f"Bearer {self._token}"
         data = None
         if payload is not None:
             data = json.dumps(payload).encode()

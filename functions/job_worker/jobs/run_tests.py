@@ -1,11 +1,23 @@
-"""run_tests: record the outcome of a named test suite for the branch head, reusing a stored result."""
+"""run_tests: run a named test command of the workspace on the branch head, reusing a stored result.
+
+The command is one the workspace registered (an argv list), never a string from the job. Failing tests are a
+successful job with a failed result; only a run that could not happen (no time left, no such command) is an error.
+"""
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
 from typing import Any
 
 from agent_jobs.models import RunTestsJob
 from jobs.context import JobContext
+from jobs.errors import PermanentJobError, RetryableJobError
+from jobs.git_workspace import GitWorkspace
+from jobs.test_runner import run_test_command, test_timeout_seconds
+
+# The longest a test run may take at all; within an invocation it also leaves the worker's safety margin unused.
+CEILING_SECONDS = 600.0
 
 
 def run(job: RunTestsJob, context: JobContext) -> dict[str, Any]:
@@ -14,6 +26,32 @@ def run(job: RunTestsJob, context: JobContext) -> dict[str, Any]:
     stored = workspace.stored_test_result(job.job_id, head)
     if stored is not None:
         return {**stored, "reused": True}
-    result = {"suite": job.payload.suite, "commit": head, "commits": len(workspace.history()), "outcome": "recorded"}
+    suite = job.payload.suite
+    if context.registration is None or not isinstance(workspace, GitWorkspace):
+        # A folder workspace has no code to test: the suite is recorded against the head it would have run on.
+        result: dict[str, Any] = {"suite": suite, "commit": head, "commits": len(workspace.history())}
+        result["outcome"] = "recorded"
+    else:
+        argv = context.registration.registration.test_commands.get(suite)
+        if not argv:
+            raise PermanentJobError(
+                f"workspace {workspace.workspace_id!r} has no test command {suite!r}: add it to testCommands with"
+                f" PUT /workspaces/{workspace.workspace_id}"
+            )
+        timeout = test_timeout_seconds(context.remaining_ms(), context.safety_margin_ms, CEILING_SECONDS)
+        if timeout <= 0:
+            raise RetryableJobError("not enough time left in this invocation to run the tests")
+        with tempfile.TemporaryDirectory(prefix="agent-jobs-tests-") as folder:
+            workspace.checkout(head, Path(folder))
+            outcome = run_test_command(argv, cwd=Path(folder), timeout_seconds=timeout)
+        result = {
+            "suite": suite,
+            "commit": head,
+            "outcome": outcome.outcome,
+            "exitCode": outcome.exit_code,
+            "durationSeconds": round(outcome.duration_seconds, 3),
+            "outputTail": outcome.output_tail,
+            "truncated": outcome.truncated,
+        }
     workspace.store_test_result(job.job_id, head, result)
     return {**result, "reused": False}
