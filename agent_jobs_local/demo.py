@@ -6,6 +6,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +15,24 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from agent_jobs_local.fake_github import FakeGitHub
 from agent_jobs_local.runtime import LocalRuntime
 from agent_jobs_local.template import DEFAULT_TEMPLATE_PATH, TemplateModel, load_template
-from agent_jobs_local.workload import Agents, Plan, Report, WorkloadConfig, make_plan, scan_items, verify
+from agent_jobs_local.workload import (
+    BASE_BRANCH,
+    GITHUB_OWNER,
+    Agents,
+    Plan,
+    PullRequestSeen,
+    Report,
+    WorkloadConfig,
+    branch_of_workspace,
+    create_remote,
+    make_plan,
+    register_workspaces,
+    scan_items,
+    verify,
+)
 
 SETTLED = {"SUCCEEDED", "PARKED", "REJECTED", "DEAD", "SKIPPED"}
 
@@ -31,9 +47,14 @@ def run_demo(
     console: Console | None = None,
     drain_timeout: float = 600,
 ) -> Report:
-    """Start the local runtime, run the workload through its HTTP API, wait until the queue is empty, verify."""
+    """Create a bare git remote per workspace, start the local runtime and a fake GitHub, register the workspaces
+    through the HTTP API, run the workload through it, wait until the queue is empty, verify against the table, the
+    remotes' branches and the pull requests GitHub holds."""
     console = console or Console(stderr=True)
-    run_dir = run_dir or Path(tempfile.mkdtemp(prefix="agent-jobs-demo-"))
+    run_dir = (run_dir or Path(tempfile.mkdtemp(prefix="agent-jobs-demo-"))).resolve()
+    if (run_dir / "remotes").exists():
+        # Branches left by an earlier run would read as double applies and foreign commits: start from nothing.
+        raise FileExistsError(f"{run_dir} holds the git remotes of an earlier run; give a new or empty --run-dir")
     marker_dir, log_dir, workspaces_root = run_dir / "faults", run_dir / "logs", run_dir / "workspaces"
     for folder in (marker_dir, log_dir, workspaces_root):
         folder.mkdir(parents=True, exist_ok=True)
@@ -82,16 +103,28 @@ def _run_with_runtime(
     started: float,
 ) -> Report:
     marker_dir, log_dir, workspaces_root = dirs
-    with LocalRuntime(
-        template_path=template_path,
-        time_scale=time_scale,
-        workspaces_root=workspaces_root,
-        worker_bootstrap="agent_jobs_local.faults:install",
-        bootstrap_config=bootstrap,
-        concurrency=concurrency,
-    ) as runtime:
+    remotes = {ws: create_remote(run_dir / "remotes" / f"{ws}.git", ws) for ws in plan.by_workspace}
+    github = FakeGitHub()
+    for ws in plan.by_workspace:
+        github.add_repository(GITHUB_OWNER, ws)
+    with (
+        github,
+        LocalRuntime(
+            template_path=template_path,
+            time_scale=time_scale,
+            workspaces_root=workspaces_root,
+            worker_bootstrap="agent_jobs_local.faults:install",
+            bootstrap_config=bootstrap,
+            concurrency=concurrency,
+        ) as runtime,
+    ):
         quiet_producer(log_dir / "api.log")
         console.print(f"[bold]Agent Jobs local runtime[/]  API {runtime.api_url}  emulator {runtime.endpoint_url}")
+        registered = register_workspaces(runtime.api_url, remotes, github.url)
+        console.print(
+            f"{len(registered)} workspaces registered (PUT /workspaces): bare git remotes under {run_dir / 'remotes'},"
+            f" pull requests to the fake GitHub at {github.url}"
+        )
         console.print(
             f"{plan.total} jobs, {len(plan.by_workspace)} workspaces, {config.agents} agents; time scale {time_scale}"
             f" (worker Timeout {timeout:.1f}s); faults: {len(plan.faults)} worker faults, poison in"
@@ -128,20 +161,34 @@ def _run_with_runtime(
             items = scan_items(dynamodb, table)
             progress.update(settled, completed=settled_jobs(items))
 
-        from jobs.workspace import LocalWorkspaceStore
-
-        store = LocalWorkspaceStore(workspaces_root)
         stats: Any = runtime.poller.stats
-        return verify(
-            plan,
-            agents.submissions,
-            items,
-            lambda ws: [commit.job_id for commit in store.open(ws).history()],
-            marker_dir=marker_dir,
-            log_dir=log_dir,
-            poller_stats=stats,
-            seconds=time.monotonic() - started,
-        )
+        pulls = [
+            PullRequestSeen(f"{pull.owner}/{pull.repo}", pull.head, pull.base, pull.number, pull.state)
+            for pull in github.list_pulls()
+        ]
+    return verify(
+        plan,
+        agents.submissions,
+        items,
+        remote_branches(remotes, run_dir / "report-cache"),
+        marker_dir=marker_dir,
+        log_dir=log_dir,
+        poller_stats=stats,
+        seconds=time.monotonic() - started,
+        pull_requests=pulls,
+    )
+
+
+def remote_branches(remotes: dict[str, Path], cache_root: Path) -> Callable[[str], list[str]]:
+    """The jobIds of the `Agent-Job-Id` trailers on each remote's workspace branch, oldest first, read from the git
+    remote itself (fetched into a cache of the report's own, not the workers')."""
+    from jobs.git_workspace import GitRemote, GitWorkspaceStore
+
+    store = GitWorkspaceStore(
+        cache_root=cache_root,
+        resolve=lambda ws: GitRemote(url=str(remotes[ws]), branch=branch_of_workspace(ws), base_branch=BASE_BRANCH),
+    )
+    return lambda ws: [commit.job_id for commit in store.open(ws).history()]
 
 
 def settled_jobs(items: list[dict[str, Any]]) -> int:

@@ -1,10 +1,11 @@
 """Fault injection for the local runtime: crash or stall a worker at a chosen point of a chosen job, once.
 
 Installed in each worker process by the event-source poller (`worker_bootstrap="agent_jobs_local.faults:install"`),
-after the handler module is imported. It wraps the guard and the workspace at class level, so the deployed code has
-no hooks of its own. A crash is `os._exit`: the process dies mid-invocation as a killed Lambda would, nothing after
-that point runs, and the poller deletes nothing from the batch. Each fault fires at most once per job across all
-worker processes (an O_EXCL marker file), and the markers are the record of what was injected.
+after the handler module is imported. It wraps the guard and the workspaces at class level (the folder workspace and
+the git workspace, whose side effect is the push), so the deployed code has no hooks of its own. A crash is
+`os._exit`: the process dies mid-invocation as a killed Lambda would, nothing after that point runs, and the poller
+deletes nothing from the batch. Each fault fires at most once per job across all worker processes (an O_EXCL marker
+file), and the markers are the record of what was injected.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import functools
 import os
 import sys
 import time
+from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
 from types import ModuleType
@@ -49,9 +51,10 @@ def fired(marker_dir: Path) -> dict[Fault, list[str]]:
 
 
 def install(handler_module: ModuleType, config: dict[str, Any]) -> None:
-    """Wrap JobGuard.claim/complete and LocalWorkspace.commit in this worker process according to `config`:
-    {"plan": {jobId: fault}, "marker_dir": str, "slow_seconds": float, "log_dir": str | None}."""
+    """Wrap JobGuard.claim/complete, LocalWorkspace.commit and GitWorkspace.commit in this worker process according
+    to `config`: {"plan": {jobId: fault}, "marker_dir": str, "slow_seconds": float, "log_dir": str | None}."""
     from agent_jobs.guard import ClaimOutcome, JobGuard
+    from jobs.git_workspace import GitWorkspace
     from jobs.workspace import LocalWorkspace
 
     plan = {job_id: Fault(kind) for job_id, kind in config.get("plan", {}).items()}
@@ -72,7 +75,6 @@ def install(handler_module: ModuleType, config: dict[str, Any]) -> None:
 
     original_claim = JobGuard.claim
     original_complete = JobGuard.complete
-    original_commit = LocalWorkspace.commit
 
     @functools.wraps(original_claim)
     def claim(self: JobGuard, message: Any, **kwargs: Any) -> Any:
@@ -90,15 +92,22 @@ def install(handler_module: ModuleType, config: dict[str, Any]) -> None:
             crash()
         return completed
 
-    @functools.wraps(original_commit)
-    def commit(self: LocalWorkspace, *, job_id: str, **kwargs: Any) -> Any:
-        if due(job_id, Fault.SLOW):
-            time.sleep(slow_seconds)
-        made = original_commit(self, job_id=job_id, **kwargs)
-        if due(job_id, Fault.CRASH_AFTER_SIDE_EFFECT):
-            crash()
-        return made
+    def at_commit(original_commit: Callable[..., Any]) -> Callable[..., Any]:
+        """The workspace's commit, slow before it or crashing right after its side effect (the ledger line written,
+        or the branch pushed to the remote)."""
+
+        @functools.wraps(original_commit)
+        def commit(self: Any, *, job_id: str, **kwargs: Any) -> Any:
+            if due(job_id, Fault.SLOW):
+                time.sleep(slow_seconds)
+            made = original_commit(self, job_id=job_id, **kwargs)
+            if due(job_id, Fault.CRASH_AFTER_SIDE_EFFECT):
+                crash()
+            return made
+
+        return commit
 
     JobGuard.claim = claim  # type: ignore[method-assign]
     JobGuard.complete = complete  # type: ignore[method-assign]
-    LocalWorkspace.commit = commit  # type: ignore[method-assign]
+    LocalWorkspace.commit = at_commit(LocalWorkspace.commit)  # type: ignore[method-assign]
+    GitWorkspace.commit = at_commit(GitWorkspace.commit)  # type: ignore[method-assign]

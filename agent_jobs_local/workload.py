@@ -1,21 +1,30 @@
 """The demo workload: simulated agents submitting interleaved jobs over many workspaces through the HTTP API, with
 producer retries, duplicate sends, raw redeliveries, a poison message and worker faults; then a verification of
-every invariant against the table and the workspaces themselves."""
+every invariant against the table and the workspaces themselves.
+
+Each workspace is a real git repository: `create_remote` makes a bare remote with a first commit on `main`, and
+`register_workspaces` registers it through the API (`PUT /workspaces/{workspaceId}`) with its branch, its test
+command and the GitHub repository its pull request goes to."""
 
 from __future__ import annotations
 
 import json
 import random
+import sys
 import threading
 import time
 import urllib.error
 import urllib.request
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from dulwich.objects import Blob, Commit, Tree
+from dulwich.refs import Ref
+from dulwich.repo import Repo
 
 from agent_jobs.guard import to_item
 from agent_jobs.keys import deduplication_id, workspace_group_id
@@ -33,6 +42,10 @@ CRASH_FAULTS = (
     Fault.CRASH_AFTER_COMPLETE,
 )
 POISON_BODY = '{"jobId": "poison", "workspaceId": '  # truncated JSON: no worker can parse it
+BASE_BRANCH = "main"
+GITHUB_OWNER = "agents"
+TEST_SUITE = "unit"
+PASSING_TEST_COMMAND = (sys.executable, "-c", "print('tests pass')")
 
 
 @dataclass(frozen=True)
@@ -87,7 +100,7 @@ def make_plan(config: WorkloadConfig) -> Plan:
         index = len(by_workspace[ws])
         job_id = f"{ws}-j{index:03d}"
         if index % 6 == 5:
-            job = PlannedJob(job_id, ws, "run_tests", {"suite": "unit"})
+            job = PlannedJob(job_id, ws, "run_tests", {"suite": TEST_SUITE})
         else:
             patch = f"--- a/src/{ws}.txt\n+++ b/src/{ws}.txt\n@@ -0,0 +1 @@\n+change {index} by agent\n"
             job = PlannedJob(job_id, ws, "apply_patch", {"patch": patch, "commitMessage": f"change {index}"})
@@ -138,15 +151,86 @@ class Submissions:
         return sum(len(v) for v in self.accepted.values())
 
 
-def _post(url: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+def _send(method: str, url: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
     request = urllib.request.Request(
-        url, data=json.dumps(body).encode(), method="POST", headers={"content-type": "application/json"}
+        url, data=json.dumps(body).encode(), method=method, headers={"content-type": "application/json"}
     )
     try:
         with urllib.request.urlopen(request, timeout=30) as response:
             return response.status, json.loads(response.read())
     except urllib.error.HTTPError as error:
         return error.code, json.loads(error.read() or b"{}")
+
+
+def _post(url: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    return _send("POST", url, body)
+
+
+# ---- git remotes and their registration -------------------------------------------------------------------------
+
+
+def branch_of_workspace(workspace_id: str) -> str:
+    return f"agent/{workspace_id}"
+
+
+def github_repository_of(workspace_id: str) -> str:
+    return f"{GITHUB_OWNER}/{workspace_id}"
+
+
+def create_remote(path: Path, workspace_id: str) -> Path:
+    """A bare git repository at `path` (absolute) whose `main` has one commit with a README.md, as a person who
+    created the repository would leave it. Returns the path."""
+    path = path.resolve()
+    path.mkdir(parents=True, exist_ok=False)
+    with Repo.init_bare(str(path)) as repo:
+        readme = Blob.from_string(f"# {workspace_id}\n\nA workspace of the Agent Jobs demo.\n".encode())
+        tree = Tree()
+        tree.add(b"README.md", 0o100644, readme.id)
+        commit = Commit()
+        commit.tree = tree.id
+        commit.parents = []
+        commit.author = commit.committer = b"Demo Maintainer <maintainer@example.com>"
+        commit.author_time = commit.commit_time = int(time.time())
+        commit.author_timezone = commit.commit_timezone = 0
+        commit.message = b"Initial commit\n"
+        for obj in (readme, tree, commit):
+            repo.object_store.add_object(obj)
+        main = Ref(f"refs/heads/{BASE_BRANCH}".encode())
+        repo.refs[main] = commit.id
+        repo.refs.set_symbolic_ref(Ref(b"HEAD"), main)
+    return path
+
+
+def registration_body(remote: Path, workspace_id: str, github_api_url: str) -> dict[str, Any]:
+    """The `PUT /workspaces/{workspaceId}` body of a demo workspace (no token: the local fake GitHub needs none)."""
+    return {
+        "remoteUrl": str(remote),
+        "branch": branch_of_workspace(workspace_id),
+        "baseBranch": BASE_BRANCH,
+        "testCommands": {TEST_SUITE: list(PASSING_TEST_COMMAND)},
+        "githubRepository": github_repository_of(workspace_id),
+        "githubApiUrl": github_api_url,
+    }
+
+
+def register_workspaces(api_url: str, remotes: Mapping[str, Path], github_api_url: str) -> dict[str, int]:
+    """Register each workspace's remote through the API; returns workspace -> status (201 created, 200 updated).
+    Retries 5xx and 429 a few times; raises RuntimeError with the API's answer on anything else."""
+    statuses: dict[str, int] = {}
+    for ws, remote in remotes.items():
+        url = f"{api_url.rstrip('/')}/workspaces/{ws}"
+        body = registration_body(remote, ws, github_api_url)
+        for attempt in range(6):
+            status, answer = _send("PUT", url, body)
+            if status in (200, 201):
+                statuses[ws] = status
+                break
+            if status < 500 and status != 429:
+                raise RuntimeError(f"PUT /workspaces/{ws} answered {status}: {answer}")
+            time.sleep(0.1 * 2**attempt)
+        else:
+            raise RuntimeError(f"PUT /workspaces/{ws} kept failing: {status} {answer}")
+    return statuses
 
 
 class Agents:
@@ -242,6 +326,17 @@ class Agents:
 # ---- verification -----------------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class PullRequestSeen:
+    """A pull request as GitHub (the demo's fake) holds it."""
+
+    repository: str  # owner/repo
+    head: str
+    base: str
+    number: int
+    state: str = "open"
+
+
 @dataclass
 class Report:
     accepted: int
@@ -267,6 +362,14 @@ class Report:
     submission_errors: list[str]
     workspaces: int
     seconds: float
+    pull_requests: int = 0  # held by GitHub, open, all repositories
+    pull_requests_expected: int = 0  # one per workspace that completed (not halted)
+    workspaces_without_pull_request: list[str] = field(default_factory=list)
+    duplicate_pull_requests: list[str] = field(default_factory=list)  # heads with more than one pull request
+    unexpected_pull_requests: list[str] = field(default_factory=list)  # of halted or unknown workspaces
+    tests_passed: int = 0  # succeeded run_tests jobs whose result outcome is "passed"
+    tests_succeeded: int = 0  # succeeded run_tests jobs
+    tests_without_passed_result: list[str] = field(default_factory=list)
 
     @property
     def failures(self) -> list[str]:
@@ -286,6 +389,14 @@ class Report:
         missing = [kind for kind, count in self.faults_injected.items() if count == 0]
         if missing:
             problems.append(f"fault kinds never injected: {missing}")
+        if self.workspaces_without_pull_request:
+            problems.append(f"completed workspaces without a pull request: {self.workspaces_without_pull_request[:5]}")
+        if self.duplicate_pull_requests:
+            problems.append(f"more than one pull request for a head: {self.duplicate_pull_requests[:5]}")
+        if self.unexpected_pull_requests:
+            problems.append(f"pull requests of halted or unknown workspaces: {self.unexpected_pull_requests[:5]}")
+        if self.tests_without_passed_result:
+            problems.append(f"run_tests jobs without a passed result: {self.tests_without_passed_result[:5]}")
         return problems
 
     @property
@@ -325,6 +436,21 @@ class Report:
                 "other workspaces complete",
                 "yes" if not self.incomplete_workspaces else "no",
                 not self.incomplete_workspaces,
+            ),
+            (
+                "pull requests opened / completed workspaces",
+                f"{self.pull_requests} / {self.pull_requests_expected}",
+                not self.workspaces_without_pull_request and not self.unexpected_pull_requests,
+            ),
+            (
+                "duplicate pull requests per head",
+                str(len(self.duplicate_pull_requests)),
+                not self.duplicate_pull_requests,
+            ),
+            (
+                "run_tests results passed / run_tests succeeded",
+                f"{self.tests_passed} / {self.tests_succeeded}",
+                not self.tests_without_passed_result,
             ),
             ("seconds", f"{self.seconds:.1f}", True),
         ]
@@ -369,7 +495,11 @@ def verify(
     log_dir: Path,
     poller_stats: Any,
     seconds: float,
+    pull_requests: Iterable[PullRequestSeen] = (),
 ) -> Report:
+    """Check I1-I4 from the table (`items`), what the agents saw (`submissions`) and the workspaces themselves:
+    `branch_of(ws)` is the jobIds of the `Agent-Job-Id` trailers on the workspace's branch, oldest first;
+    `pull_requests` what GitHub holds."""
     jobs = {item["jobId"]: item for item in items if str(item["pk"]).startswith("job#")}
     halted = {
         str(item["workspaceId"]): str(item.get("haltReason", ""))
@@ -401,6 +531,8 @@ def verify(
             lost.append(f"{job_id}={status}")
         if ws not in halted and any(jobs.get(j, {}).get("status") != JobStatus.SUCCEEDED for j in accepted):
             incomplete.append(ws)
+    pulls = check_pull_requests(plan, halted, pull_requests)
+    tests = check_test_results(jobs)
     injected = fired(marker_dir)
     return Report(
         accepted=submissions.total_accepted,
@@ -426,4 +558,43 @@ def verify(
         submission_errors=submissions.errors,
         workspaces=len(plan.by_workspace),
         seconds=seconds,
+        **pulls,
+        **tests,
     )
+
+
+def check_pull_requests(
+    plan: Plan, halted: Mapping[str, str], pull_requests: Iterable[PullRequestSeen]
+) -> dict[str, Any]:
+    """One open pull request per completed workspace (head `agent/<ws>` into `main` of `agents/<ws>`), none for a
+    halted one, never two for one head."""
+    open_pulls = [pull for pull in pull_requests if pull.state == "open"]
+    per_head = Counter((pull.repository, pull.head, pull.base) for pull in open_pulls)
+    completed = [ws for ws in plan.by_workspace if ws not in halted]
+    expected = {(github_repository_of(ws), branch_of_workspace(ws), BASE_BRANCH): ws for ws in completed}
+    return {
+        "pull_requests": len(open_pulls),
+        "pull_requests_expected": len(completed),
+        "workspaces_without_pull_request": [ws for key, ws in expected.items() if per_head[key] == 0],
+        "duplicate_pull_requests": [f"{repo}:{head} x{n}" for (repo, head, _), n in per_head.items() if n > 1],
+        "unexpected_pull_requests": sorted(
+            f"{repo}:{head}" for repo, head, base in per_head if (repo, head, base) not in expected
+        ),
+    }
+
+
+def check_test_results(jobs: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """Every run_tests job that succeeded carries the result of the workspace's test command, and it passed."""
+    succeeded = [
+        job for job in jobs.values() if job.get("type") == "run_tests" and job.get("status") == JobStatus.SUCCEEDED
+    ]
+    missing = [
+        f"{job['jobId']}={(job.get('result') or {}).get('outcome')}"
+        for job in succeeded
+        if (job.get("result") or {}).get("outcome") != "passed"
+    ]
+    return {
+        "tests_passed": len(succeeded) - len(missing),
+        "tests_succeeded": len(succeeded),
+        "tests_without_passed_result": missing,
+    }

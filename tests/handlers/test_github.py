@@ -7,9 +7,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from agent_jobs_local.fake_github import FakeGitHub
 from jobs.errors import PermanentJobError, RetryableJobError
 from jobs.github import GitHubClient, PullRequest
-from tests.handlers.fake_github import FakeGitHub
 
 TOKEN = "ghp_fake_token_0123456789abcdef"
 OWNER, REPO, HEAD, BASE = "acme", "widgets", "agent/ws-1", "main"

@@ -28,17 +28,18 @@ def crash_once(marker: str) -> bool:
 
 
 def install(handler_module: ModuleType, config: dict[str, Any]) -> None:
+    from jobs.git_workspace import GitWorkspace
     from jobs.workspace import LocalWorkspace
 
     target, marker = str(config["crash_after_commit_of"]), str(config["marker"])
-    original_commit = LocalWorkspace.commit
+    for workspace_class in (LocalWorkspace, GitWorkspace):
+        original_commit = workspace_class.commit
 
-    @functools.wraps(original_commit)
-    def commit(self: LocalWorkspace, *, job_id: str, **kwargs: Any) -> Any:
-        made = original_commit(self, job_id=job_id, **kwargs)
-        if job_id == target and crash_once(marker):
-            sys.stdout.flush()
-            os._exit(CRASH_EXIT_CODE)
-        return made
+        def commit(self: Any, *, job_id: str, _original: Any = original_commit, **kwargs: Any) -> Any:
+            made = _original(self, job_id=job_id, **kwargs)
+            if job_id == target and crash_once(marker):
+                sys.stdout.flush()
+                os._exit(CRASH_EXIT_CODE)
+            return made
 
-    LocalWorkspace.commit = commit  # type: ignore[method-assign]
+        workspace_class.commit = functools.wraps(original_commit)(commit)  # type: ignore[method-assign]

@@ -10,8 +10,9 @@ from typing import Any
 
 import boto3
 
+from agent_jobs_local.demo import remote_branches
 from agent_jobs_local.runtime import LocalRuntime, container_endpoint, scale_durations
-from jobs.workspace import LocalWorkspaceStore
+from agent_jobs_local.workload import create_remote, register_workspaces
 from tests.conftest import make_job
 
 PATCH = "--- a/f\n+++ b/f\n@@ -0,0 +1 @@\n+x\n"
@@ -27,6 +28,13 @@ def submit(api_url: str, job_id: str, workspace_id: str) -> None:
     )
     with urllib.request.urlopen(request, timeout=30) as response:
         assert response.status == 202
+
+
+def register(api_url: str, root: Path, workspace_ids: list[str]) -> dict[str, Path]:
+    """Bare git remotes for the workspaces, registered through the API (PUT /workspaces/{workspaceId})."""
+    remotes = {ws: create_remote(root / f"{ws}.git", ws) for ws in workspace_ids}
+    register_workspaces(api_url, remotes, github_api_url="https://api.github.com")
+    return remotes
 
 
 def read_job(api_url: str, job_id: str) -> Any:
@@ -51,8 +59,9 @@ def test_runtime_applies_jobs_from_http_in_submission_order_per_workspace(tmp_pa
         template_margin = model.function_environment_variable("JobWorkerFunction", "TIME_SAFETY_MARGIN_MS")
         assert worker_env["TIME_SAFETY_MARGIN_MS"] == str(round(int(str(template_margin)) * 0.05))
 
-        # When agents submit 5 jobs to each of 4 workspaces, interleaved, over HTTP
+        # When agents submit 5 jobs to each of 4 registered workspaces, interleaved, over HTTP
         submitted: dict[str, list[str]] = {f"ws-{w}": [] for w in range(4)}
+        remotes = register(runtime.api_url, tmp_path / "remotes", list(submitted))
         for n in range(5):
             for workspace_id, jobs in submitted.items():
                 job_id = f"job-{workspace_id}-{n}"
@@ -67,9 +76,9 @@ def test_runtime_applies_jobs_from_http_in_submission_order_per_workspace(tmp_pa
         stats = runtime.poller.stats
 
     assert set(statuses.values()) == {"SUCCEEDED"}
-    store = LocalWorkspaceStore(workspaces_root)
+    branch = remote_branches(remotes, tmp_path / "reader-cache")
     for workspace_id, jobs in submitted.items():
-        assert [commit.job_id for commit in store.open(workspace_id).history()] == jobs
+        assert branch(workspace_id) == jobs
     assert stats.records_deleted == 20
     assert 1 <= stats.max_concurrent_invocations <= 4
     assert stats.crashes == stats.timeouts == stats.handler_errors == 0
@@ -87,6 +96,7 @@ def test_runtime_worker_crash_after_the_side_effect_still_applies_the_job_once(t
     ) as runtime:
         # When jobs of two workspaces are submitted and run
         submitted = {"ws-a": ["job-a-1", "job-a-2", "job-a-3"], "ws-b": ["job-b-1", "job-b-2"]}
+        remotes = register(runtime.api_url, tmp_path / "remotes", list(submitted))
         for workspace_id, jobs in submitted.items():
             for job_id in jobs:
                 submit(runtime.api_url, job_id, workspace_id)
@@ -104,9 +114,9 @@ def test_runtime_worker_crash_after_the_side_effect_still_applies_the_job_once(t
     # and the job took effect exactly once: SUCCEEDED on its second attempt, one commit, order kept
     assert crashed_job["status"] == "SUCCEEDED"
     assert crashed_job["attempt"] == 2
-    store = LocalWorkspaceStore(workspaces_root)
+    branch = remote_branches(remotes, tmp_path / "reader-cache")
     for workspace_id, jobs in submitted.items():
-        assert [commit.job_id for commit in store.open(workspace_id).history()] == jobs
+        assert branch(workspace_id) == jobs
 
 
 def test_runtime_writes_a_sam_local_env_file(tmp_path: Path) -> None:

@@ -1,6 +1,8 @@
 """The chaos suite: the whole system on the local runtime (moto's server over HTTP, the API over HTTP, worker
-processes fed by the event-source poller), under every fault kind at once; I1-I4 checked from the table and the
-workspaces themselves. `make test` runs a small size; `make chaos` a larger one (CHAOS_JOBS, CHAOS_WORKSPACES)."""
+processes fed by the event-source poller), each workspace a real bare git remote registered through the API and a
+fake GitHub for the pull requests, under every fault kind at once; I1-I4 checked from the table, the remotes' branches
+and the pull requests GitHub holds. `make test` runs a small size; `make chaos` a larger one (CHAOS_JOBS,
+CHAOS_WORKSPACES)."""
 
 from __future__ import annotations
 
@@ -52,6 +54,20 @@ def test_chaos_poison_halts_only_its_workspace(report: Report):  # I3, I4
     assert "rejected" in next(iter(report.halted.values()))
     assert report.parked > 0  # the jobs behind the poison wait, with their bodies, instead of applying
     assert report.incomplete_workspaces == []  # every other workspace finished all of its jobs
+
+
+def test_chaos_one_pull_request_per_completed_workspace(report: Report):  # open_pr exactly once
+    assert report.pull_requests_expected == WORKSPACES - len(report.expected_halted)  # all but the poisoned one
+    assert report.pull_requests == report.pull_requests_expected
+    assert report.workspaces_without_pull_request == []
+    assert report.duplicate_pull_requests == []
+    assert report.unexpected_pull_requests == []  # none for the halted workspace, whose open_pr is parked
+
+
+def test_chaos_run_tests_ran_the_registered_command(report: Report):
+    assert report.tests_succeeded > 0
+    assert report.tests_passed == report.tests_succeeded
+    assert report.tests_without_passed_result == []
 
 
 def test_chaos_report_says_ok(report: Report):

@@ -1,12 +1,21 @@
 """A fake of GitHub's pull-request REST API on localhost, with request recording and programmable faults.
 
 It serves `GET` and `POST /repos/{owner}/{repo}/pulls` (under an optional path prefix, as GitHub Enterprise Server
-serves `/api/v3`) over real HTTP, keeps pull requests in memory, checks the bearer token, and answers with GitHub's
-shapes: 401 "Bad credentials", 404 "Not Found", 422 "Validation Failed" when a pull request already exists.
+serves `/api/v3`) over real HTTP, keeps pull requests in memory, checks the bearer token when it was given one (without
+one it accepts any request, as the local demo's workspaces have no token), and answers with GitHub's shapes: 401
+"Bad credentials", 404 "Not Found", 422 "Validation Failed" when a pull request already exists.
+
+    with FakeGitHub() as github:          # or github.start() ... github.stop()
+        github.add_repository("agents", "ws-00")
+        ...  # GitHubClient(token, api_url=github.url)
+        github.list_pulls()               # what it holds
+
+The tests of `jobs.github` use it, and the local demo serves it to the worker processes for their `open_pr` jobs.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import time
@@ -16,6 +25,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
 from typing import Any
 
 ALREADY_EXISTS_MESSAGE = "A pull request already exists for {label}."
@@ -63,9 +73,13 @@ class FakePull:
 
 
 class FakeGitHub:
-    """The server's state. Tests arrange repositories and faults on it and read what it was asked."""
+    """The server and its state. Callers arrange repositories and faults on it and read what it was asked.
 
-    def __init__(self, *, token: str, path_prefix: str = "") -> None:
+    `token` None accepts requests with any Authorization header, or none. `start()`/`stop()`, the context manager
+    and `running()` serve it on a free loopback port; `url` (also `base_url`) is its API URL while it runs.
+    """
+
+    def __init__(self, *, token: str | None = None, path_prefix: str = "") -> None:
         self.token = token
         self.path_prefix = path_prefix.rstrip("/")
         self.repositories: set[tuple[str, str]] = set()
@@ -75,12 +89,19 @@ class FakeGitHub:
         self._faults: deque[Fault] = deque()
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
 
     @property
     def base_url(self) -> str:
-        assert self._server is not None, "the server is not running"
+        if self._server is None:
+            raise RuntimeError("the fake GitHub is not running: start() it first")
         host, port = self._server.server_address[:2]
         return f"http://{host!s}:{port}{self.path_prefix}"
+
+    @property
+    def url(self) -> str:
+        """The API URL to give a GitHub client (`api_url`), path prefix included."""
+        return self.base_url
 
     def add_repository(self, owner: str, repo: str) -> None:
         self.repositories.add((owner, repo))
@@ -89,7 +110,9 @@ class FakeGitHub:
         with self._lock:
             return self._create(owner, repo, head=head, base=base, title=title, body="")
 
-    def fail_next(self, count: int, status: int, *, headers: dict[str, str] | None = None, method: str | None = None):
+    def fail_next(
+        self, count: int, status: int, *, headers: dict[str, str] | None = None, method: str | None = None
+    ) -> None:
         """The next `count` requests (of `method`, or any) get `status` with GitHub's error body."""
         body = {"message": _STATUS_MESSAGES.get(status, "Error"), "documentation_url": "https://docs.github.com"}
         for _ in range(count):
@@ -112,20 +135,45 @@ class FakeGitHub:
     def open_pulls(self, owner: str, repo: str, head: str) -> list[FakePull]:
         return [p for p in self.pulls if (p.owner, p.repo, p.head, p.state) == (owner, repo, head, "open")]
 
-    @contextmanager
-    def running(self) -> Iterator[FakeGitHub]:
+    def list_pulls(self) -> list[FakePull]:
+        """Every pull request it holds (open or not, any repository), in the order they were opened; copies."""
+        with self._lock:
+            return [dataclasses.replace(pull) for pull in self.pulls]
+
+    def start(self) -> FakeGitHub:
+        if self._server is not None:
+            raise RuntimeError("the fake GitHub is already running")
         server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
         server.daemon_threads = True
         thread = threading.Thread(target=server.serve_forever, args=(0.05,), name="fake-github", daemon=True)
-        self._server = server
+        self._server, self._thread = server, thread
         thread.start()
+        return self
+
+    def stop(self) -> None:
+        server, thread = self._server, self._thread
+        self._server = self._thread = None
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+        if thread is not None:
+            thread.join(timeout=5)
+
+    def __enter__(self) -> FakeGitHub:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    @contextmanager
+    def running(self) -> Iterator[FakeGitHub]:
+        self.start()
         try:
             yield self
         finally:
-            server.shutdown()
-            server.server_close()
-            thread.join(timeout=5)
-            self._server = None
+            self.stop()
 
     def _next_fault(self, method: str) -> Fault | None:
         for fault in self._faults:
@@ -148,7 +196,7 @@ class FakeGitHub:
             fault = self._next_fault(method)
             if fault is not None:
                 return fault.status, fault.headers, fault.body
-            if headers.get("authorization") != f"Bearer {self.token}":
+            if self.token is not None and headers.get("authorization") != f"Bearer {self.token}":
                 return 401, {}, {"message": "Bad credentials", "documentation_url": "https://docs.github.com"}
             path = parsed.path
             if not path.startswith(self.path_prefix + "/"):
