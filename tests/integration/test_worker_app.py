@@ -110,3 +110,25 @@ def test_worker_app_message_from_the_producer_runs(worker_app, any_stack, regist
     event = any_stack.receive()
     assert worker_app.lambda_handler(event, lambda_context()) == {"batchItemFailures": []}
     assert git.branch("ws-prod") == ["p-1"]
+
+
+def test_worker_app_patch_that_does_not_apply_halts_with_file_and_hunk(
+    worker_app, any_stack, register_git_workspace, lambda_context
+):
+    # Given a registered workspace whose README does not have the line the patch removes
+    git = register_git_workspace(any_stack, "ws-bad", {"README.md": b"# actual\n"})
+    patch = "--- a/README.md\n+++ b/README.md\n@@ -1 +1 @@\n-# expected\n+# changed\n"
+    from tests.conftest import make_job
+
+    enqueue(any_stack, make_job("bad-1", "ws-bad", payload={"patch": patch, "commitMessage": "change"}))
+    enqueue(any_stack, make_job("after-1", "ws-bad"))
+    # When the worker runs them
+    assert worker_app.lambda_handler(any_stack.receive(), lambda_context()) == {"batchItemFailures": []}
+    # Then the job is DEAD at once (a permanent error), its message names the file and the hunk, the workspace is
+    # halted, the job behind it parked, and the branch untouched
+    job = any_stack.job("bad-1")
+    assert (job["status"], job["attempt"]) == ("DEAD", 1)
+    assert "README.md, hunk 1 of 1" in job["error"]
+    assert any_stack.workspace("ws-bad")["state"] == "HALTED"
+    assert any_stack.job("after-1")["status"] == "PARKED"
+    assert git.branch("ws-bad") == []
