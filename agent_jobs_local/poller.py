@@ -70,9 +70,10 @@ class EventSourceError(ValueError):
     """The template's event source cannot be run as Lambda would; the message says what to change."""
 
 
-@dataclass(frozen=True)
+@dataclass
 class PollerStats:
-    """A consistent snapshot of what the event source mapping has done so far.
+    """What the event source mapping has done so far. The poller counts into one instance under its lock;
+    `EventSourcePoller.stats` hands out a consistent copy.
 
     `batches` counts non-empty receives; `invocations` counts handler invocations started (a batch whose environment
     failed to initialise is an `init_errors`, not an invocation). Every received record ends up in exactly one of
@@ -95,7 +96,7 @@ class PollerStats:
     records_reported_failed: int = 0
     records_in_failed_invocations: int = 0
     max_concurrent_invocations: int = 0
-    batch_sizes: Mapping[int, int] = field(default_factory=dict)
+    batch_sizes: dict[int, int] = field(default_factory=dict)
 
     @property
     def largest_batch(self) -> int:
@@ -120,24 +121,6 @@ class InvocationRecord:
     reported_failed: int
     duration_seconds: float
     environment_pid: int | None
-
-
-@dataclass
-class _Counters:
-    invocations: int = 0
-    cold_starts: int = 0
-    init_errors: int = 0
-    timeouts: int = 0
-    crashes: int = 0
-    handler_errors: int = 0
-    malformed_responses: int = 0
-    batches: int = 0
-    records_received: int = 0
-    records_deleted: int = 0
-    records_reported_failed: int = 0
-    records_in_failed_invocations: int = 0
-    max_concurrent_invocations: int = 0
-    batch_sizes: collections.Counter[int] = field(default_factory=collections.Counter)
 
 
 def reported_failures(response: Any, message_ids: Sequence[str]) -> set[str] | None:
@@ -260,7 +243,7 @@ class EventSourcePoller:
         self.spec.module_name  # noqa: B018 - refuse a malformed Handler now, not in every environment
 
         self._lock = threading.Lock()
-        self._counters = _Counters()
+        self._counters = PollerStats()
         self._active = 0
         self._log: collections.deque[InvocationRecord] = collections.deque(maxlen=_LOG_LENGTH)
         self._stopping = threading.Event()
@@ -327,22 +310,7 @@ class EventSourcePoller:
     def stats(self) -> PollerStats:
         with self._lock:
             counters = self._counters
-            return PollerStats(
-                invocations=counters.invocations,
-                cold_starts=counters.cold_starts,
-                init_errors=counters.init_errors,
-                timeouts=counters.timeouts,
-                crashes=counters.crashes,
-                handler_errors=counters.handler_errors,
-                malformed_responses=counters.malformed_responses,
-                batches=counters.batches,
-                records_received=counters.records_received,
-                records_deleted=counters.records_deleted,
-                records_reported_failed=counters.records_reported_failed,
-                records_in_failed_invocations=counters.records_in_failed_invocations,
-                max_concurrent_invocations=counters.max_concurrent_invocations,
-                batch_sizes=dict(sorted(counters.batch_sizes.items())),
-            )
+            return replace(counters, batch_sizes=dict(sorted(counters.batch_sizes.items())))
 
     def invocation_log(self) -> list[InvocationRecord]:
         """The most recent batches (up to 10 000), oldest first."""
@@ -503,7 +471,7 @@ class EventSourcePoller:
                 counters.init_errors += 1
             else:
                 counters.invocations += 1
-                counters.batch_sizes[len(message_ids)] += 1
+                counters.batch_sizes[len(message_ids)] = counters.batch_sizes.get(len(message_ids), 0) + 1
             match outcome:
                 case Outcome.TIMEOUT:
                     counters.timeouts += 1
