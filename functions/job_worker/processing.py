@@ -14,7 +14,7 @@ import random
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools import Logger, Metrics
@@ -166,20 +166,18 @@ class BatchWorker:
         """The handler's view of its workspace; for a registered git workspace also its registration and token.
         (An unregistered workspace raises PermanentJobError here: the job ends DEAD with what to do.)"""
         workspaces = self.workspaces
-        margin = self.services.settings.time_safety_margin_ms
-        if isinstance(workspaces, RegisteredWorkspaceStore):
-            return JobContext(
-                workspace=workspaces.open(workspace_id),
-                remaining_ms=context.get_remaining_time_in_millis,
-                registration=workspaces.registration(workspace_id),
-                token=lambda: workspaces.token(workspace_id),
-                safety_margin_ms=margin,
-            )
-        return JobContext(
+        job_context = JobContext(
             workspace=workspaces.open(workspace_id),
             remaining_ms=context.get_remaining_time_in_millis,
-            safety_margin_ms=margin,
+            safety_margin_ms=self.services.settings.time_safety_margin_ms,
         )
+        if isinstance(workspaces, RegisteredWorkspaceStore):
+            return replace(
+                job_context,
+                registration=workspaces.registration(workspace_id),
+                token=lambda: workspaces.token(workspace_id),
+            )
+        return job_context
 
     def _parse_or_reject(self, record: SQSRecord) -> JobMessage | None:
         group = record.attributes.message_group_id or ""
