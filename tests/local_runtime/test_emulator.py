@@ -17,7 +17,7 @@ from typing import Any
 import boto3
 import pytest
 
-from agent_jobs_local.emulator import Emulator
+from agent_jobs_local.emulator import ATOMIC_QUEUE_OPERATIONS, Emulator
 
 REGION = "us-east-1"
 
@@ -176,40 +176,29 @@ def test_emulator_exits_when_its_parent_dies() -> None:
     assert _process_gone(emulator_pid)
 
 
-def test_emulator_never_hands_one_group_to_two_concurrent_receivers(moto_server: str) -> None:
-    # Given a FIFO group "g" of 40 messages behind a long blocked group (which makes each receive scan for a while),
-    # and eight consumers receiving at once, none deleting anything
-    sqs, url = fifo_queue(moto_server)
-    for start_at in range(0, 300, 10):
-        sqs.send_message_batch(
-            QueueUrl=url,
-            Entries=[
-                {"Id": str(n), "MessageBody": "b", "MessageGroupId": "b", "MessageDeduplicationId": f"b{n}"}
-                for n in range(start_at, start_at + 10)
-            ],
-        )
-    assert sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=1)["Messages"][0]["Body"] == "b"  # blocks "b"
-    for n in range(40):
-        sqs.send_message(QueueUrl=url, MessageBody=str(n), MessageGroupId="g", MessageDeduplicationId=str(n))
-    received: list[str] = []
-    lock = threading.Lock()
-    start = threading.Barrier(8)
+def test_emulator_launcher_applies_every_correction(monkeypatch: pytest.MonkeyPatch) -> None:
+    # What `python -m agent_jobs_local.emulator` runs before moto serves, here in-process (restored afterwards): every
+    # SQS call and every DynamoDB item operation ends up behind the atomicity wrappers the race tests below exercise.
+    from moto.dynamodb import models as dynamodb_models
+    from moto.sqs import models as sqs_models
 
-    def consume() -> None:
-        client = boto3.client("sqs", endpoint_url=moto_server, region_name=REGION)
-        start.wait()
-        for _ in range(15):
-            for message in client.receive_message(QueueUrl=url, MaxNumberOfMessages=1).get("Messages", []):
-                with lock:
-                    received.append(message["Body"])
+    from agent_jobs_local.emulator import _PATCHED, _TABLE_OPERATIONS, apply_fidelity_patches
 
-    threads = [threading.Thread(target=consume) for _ in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    # Then only the group's first message was handed out: the group is in flight until it is deleted
-    assert received == ["0"]
+    queue_operations = (*ATOMIC_QUEUE_OPERATIONS, "receive_message")
+    for name in queue_operations:
+        monkeypatch.setattr(sqs_models.SQSBackend, name, getattr(sqs_models.SQSBackend, name))
+    for name in ("add_message", "pending_message_groups"):
+        monkeypatch.setattr(sqs_models.Queue, name, sqs_models.Queue.__dict__[name])
+    for name in _TABLE_OPERATIONS:
+        monkeypatch.setattr(dynamodb_models.DynamoDBBackend, name, getattr(dynamodb_models.DynamoDBBackend, name))
+    assert not getattr(sqs_models.SQSBackend.delete_message, _PATCHED, False)
+
+    apply_fidelity_patches()
+
+    for name in queue_operations:
+        assert getattr(getattr(sqs_models.SQSBackend, name), _PATCHED, False), name
+    for name in _TABLE_OPERATIONS:
+        assert getattr(getattr(dynamodb_models.DynamoDBBackend, name), _PATCHED, False), name
 
 
 def test_emulator_failed_transactions_never_undo_concurrent_writes(moto_server: str) -> None:
