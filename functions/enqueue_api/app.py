@@ -68,6 +68,8 @@ metrics = Metrics()
 app = APIGatewayHttpResolver()
 
 TENANT_CLAIM: Final = "tenant_id"
+# Operator actions (resume, skip) need this scope in the token, for the caller's own tenant only.
+OPERATOR_SCOPE: Final = "agent-jobs/operator"
 # Room for jobId, workspaceId, type and the JSON around the payload, on top of MAX_PAYLOAD_BYTES.
 ENVELOPE_ALLOWANCE_BYTES: Final = 4096
 JSON_MEDIA_TYPE: Final = "application/json"
@@ -161,6 +163,30 @@ def caller_tenant(event: APIGatewayProxyEventV2, settings: Settings) -> str:
     if not settings.open_access_tenant:
         raise RequestRefused(HTTPStatus.UNAUTHORIZED, "authentication required: send a bearer token for your tenant")
     return settings.open_access_tenant
+
+
+def caller_scopes(event: APIGatewayProxyEventV2) -> frozenset[str]:
+    """The scopes of the verified token: the authorizer's `jwt.scopes`, else its `scope` (space-separated) or `scp`
+    claim. A request without an authorizer has none."""
+    authorizer = (event.raw_event.get("requestContext") or {}).get("authorizer") or {}
+    jwt = authorizer.get("jwt") or {}
+    scopes = jwt.get("scopes")
+    if not scopes:
+        claims = jwt.get("claims") or {}
+        scopes = claims.get("scope") or claims.get("scp") or []
+    if isinstance(scopes, str):
+        scopes = scopes.split()
+    return frozenset(str(scope) for scope in scopes)
+
+
+def require_operator(event: APIGatewayProxyEventV2, settings: Settings) -> str:
+    """The caller's tenant, if the caller holds the operator scope (operator actions act only on its own tenant)."""
+    tenant = caller_tenant(event, settings)
+    if OPERATOR_SCOPE not in caller_scopes(event):
+        raise RequestRefused(
+            HTTPStatus.FORBIDDEN, f"this action needs the '{OPERATOR_SCOPE}' scope; ask for an operator token"
+        )
+    return tenant
 
 
 def _is_valid_tenant(tenant: str) -> bool:
