@@ -33,6 +33,7 @@ def worker() -> BatchWorker:
             workspaces=RegisteredWorkspaceStore(registry, Path(services.settings.workspaces_root)),
             logger=logger,
             metrics=metrics,
+            tracer=tracer,
         )
     return _worker
 

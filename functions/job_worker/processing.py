@@ -13,11 +13,12 @@ import json
 import random
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools import Logger, Metrics, Tracer, single_metric
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.batch import SqsFifoPartialProcessor, process_partial_response
 from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
@@ -26,7 +27,7 @@ from pydantic import ValidationError
 
 from agent_jobs.guard import ClaimOutcome, FailOutcome
 from agent_jobs.keys import workspace_group_id, workspace_id_from_group
-from agent_jobs.models import ID_PATTERN, JobMessage, payload_hash
+from agent_jobs.models import ID_PATTERN, JobMessage, JobType, payload_hash
 from agent_jobs.services import Services
 from jobs import run_job
 from jobs.context import JobContext
@@ -41,6 +42,14 @@ if TYPE_CHECKING:
 
 # The worker parks a failing record when it has this many deliveries left before the queue's redrive.
 LAST_DELIVERIES = 3
+
+# Job-level metrics carry the job's type in this dimension; a rejected message whose type cannot be read counts as
+# UNKNOWN_JOB_TYPE (never a value taken from a bad message, which would make a new metric per message).
+JOB_TYPE_DIMENSION = "JobType"
+UNKNOWN_JOB_TYPE = "unknown"
+# One per halt the worker causes (DEAD, REJECTED, parked or halted on a last delivery). Its only dimension is
+# Powertools' `service`: template.yaml's WorkspacesHaltedAlarm names exactly that, so keep both sides in step.
+WORKSPACES_HALTED = "WorkspacesHalted"
 
 
 class RetryLaterError(Exception):
@@ -60,6 +69,7 @@ class BatchWorker:
     logger: Logger
     metrics: Metrics
     jitter: Callable[[float], float] = field(default=lambda bound: random.uniform(bound / 2, bound))
+    tracer: Tracer = field(default_factory=Tracer)
 
     def handle(self, event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
         if not event.get("Records"):
@@ -99,10 +109,25 @@ class BatchWorker:
         message = self._parse_or_reject(record)
         if message is None:
             return
-        with self.logger.append_context_keys(
-            jobId=message.job_id, workspaceId=message.workspace_id, tenantId=message.tenant_id, type=str(message.type)
+        with (
+            self.logger.append_context_keys(
+                jobId=message.job_id,
+                workspaceId=message.workspace_id,
+                tenantId=message.tenant_id,
+                type=str(message.type),
+            ),
+            self._traced(message),
         ):
             self._claim_and_run(record, message, context)
+
+    @contextmanager
+    def _traced(self, message: JobMessage) -> Iterator[None]:
+        """One X-Ray subsegment per job, annotated so traces can be searched by job and workspace (a batch holds
+        several jobs, so annotations on the handler's segment would keep only one)."""
+        with self.tracer.provider.in_subsegment(f"## {message.type}"):
+            self.tracer.put_annotation("jobId", message.job_id)
+            self.tracer.put_annotation("workspaceId", message.workspace_id)
+            yield
 
     def _claim_and_run(self, record: SQSRecord, message: JobMessage, context: LambdaContext) -> None:
         guard = self.services.guard
@@ -113,9 +138,10 @@ class BatchWorker:
             remaining_ms=context.get_remaining_time_in_millis(),
         )
         outcome = claim.outcome
+        job_type = str(message.type)
         if outcome is ClaimOutcome.DUPLICATE:
             self.logger.info("duplicate delivery of a job that already took effect: acknowledged")
-            self._count("JobsDuplicate")
+            self._count("JobsDuplicate", job_type)
             return
         if outcome is ClaimOutcome.BUSY:
             lease_left_ms = int((claim.previous or {}).get("leaseExpiresAt", 0)) - guard.now()
@@ -127,7 +153,9 @@ class BatchWorker:
         if outcome in (ClaimOutcome.SETTLED, ClaimOutcome.CONFLICT, ClaimOutcome.EXHAUSTED):
             previous_status = (claim.previous or {}).get("status")
             self.logger.warning(f"job not run: {outcome}", extra={"previousStatus": previous_status})
-            self._count({"EXHAUSTED": "JobsDead", "CONFLICT": "JobsConflict"}.get(outcome, "JobsSettled"))
+            self._count({"EXHAUSTED": "JobsDead", "CONFLICT": "JobsConflict"}.get(outcome, "JobsSettled"), job_type)
+            if outcome is ClaimOutcome.EXHAUSTED:
+                self._count_halt()
             return
         if outcome is ClaimOutcome.CONTENDED or claim.lease is None:
             raise RetryLaterError("claim contended", 1)
@@ -137,17 +165,21 @@ class BatchWorker:
         try:
             result = run_job(message.request(), self._job_context(message.workspace_id, context))
         except PermanentJobError as error:
-            guard.fail(lease, str(error), permanent=True)
-            self.logger.error("job failed permanently: DEAD, workspace halted", extra={"error": str(error)})
-            self._count("JobsDead")
+            if guard.fail(lease, str(error), permanent=True) is FailOutcome.DEAD:
+                self.logger.error("job failed permanently: DEAD, workspace halted", extra={"error": str(error)})
+                self._count("JobsDead", job_type)
+                self._count_halt()
+            else:
+                self.logger.info("lease lost before the permanent failure was recorded; leaving the job to its owner")
             return
         except Exception as error:
             self.logger.warning("job failed, will retry", extra={"error": repr(error)})
-            self._count("JobsFailed")
+            self._count("JobsFailed", job_type)
             failed = guard.fail(lease, f"{type(error).__name__}: {error}")
             if failed is FailOutcome.DEAD:
                 self.logger.error("attempts exhausted: DEAD, workspace halted")
-                self._count("JobsDead")
+                self._count("JobsDead", job_type)
+                self._count_halt()
                 return
             raise RetryLaterError(str(error), self._backoff_seconds(record)) from error
         if not guard.complete(lease, result):
@@ -157,10 +189,8 @@ class BatchWorker:
         self.logger.info(
             "job succeeded", extra={"messageId": record.message_id, "sequenceNumber": record.attributes.sequence_number}
         )
-        self._count("JobsSucceeded")
-        self.metrics.add_metric(
-            name="JobDuration", unit=MetricUnit.Milliseconds, value=(time.monotonic() - started) * 1000
-        )
+        self._count("JobsSucceeded", job_type)
+        self._emit("JobDuration", MetricUnit.Milliseconds, (time.monotonic() - started) * 1000, job_type=job_type)
 
     def _job_context(self, workspace_id: str, context: LambdaContext) -> JobContext:
         """The handler's view of its workspace; for a registered git workspace also its registration and token.
@@ -199,7 +229,7 @@ class BatchWorker:
             attributes = record.message_attributes
             # SQSMessageAttributes.get returns the raw dict; indexing gives the typed attribute
             tenant = attributes["tenantId"] if "tenantId" in attributes else None  # noqa: SIM401
-            self.services.guard.reject(
+            rejected = self.services.guard.reject(
                 message_id=record.message_id,
                 job_id=job_id,
                 workspace_id=group_workspace,
@@ -216,7 +246,9 @@ class BatchWorker:
                     "messageId": record.message_id,
                 },
             )
-            self._count("JobsRejected")
+            self._count("JobsRejected", _job_type_if_any(record))
+            if rejected:  # False: this message was rejected (and its workspace halted) before
+                self._count_halt()
             return None
         return message
 
@@ -231,7 +263,9 @@ class BatchWorker:
         )
         if parked:
             self.logger.warning(f"job parked: {reason}")
-            self._count("JobsParked")
+            self._count("JobsParked", str(message.type))
+            if halt:
+                self._count_halt()
         return parked
 
     # ---- after the batch -----------------------------------------------------------------------------------------
@@ -264,6 +298,7 @@ class BatchWorker:
                             message.workspace_id, tenant_id=message.tenant_id, job_id=message.job_id, reason=reason
                         )
                         self.logger.warning("could not park a record near its delivery limit: workspace halted")
+                        self._count_halt()
             except Exception:  # never fail the whole batch for one record: it stays reported, the queue retries it
                 self.logger.exception("parking near the delivery limit failed", extra={"messageId": record.message_id})
         return parked
@@ -304,8 +339,44 @@ class BatchWorker:
         bound = min(settings.backoff_max_seconds, settings.backoff_base_seconds * 2 ** (receives - 1))
         return round(self.jitter(bound))
 
-    def _count(self, name: str) -> None:
-        self.metrics.add_metric(name=name, unit=MetricUnit.Count, value=1)
+    def _count(self, name: str, job_type: str | None = None) -> None:
+        """One of `name`; job-level metrics pass their job's type and get the JobType dimension."""
+        self._emit(name, MetricUnit.Count, 1, job_type=job_type)
+
+    def _count_halt(self) -> None:
+        """This worker's action halted a workspace. Only the `service` dimension, which the alarm names exactly."""
+        self._emit(WORKSPACES_HALTED, MetricUnit.Count, 1, dimensions={})
+
+    def _emit(
+        self,
+        name: str,
+        unit: MetricUnit,
+        value: float,
+        *,
+        job_type: str | None = None,
+        dimensions: dict[str, str] | None = None,
+    ) -> None:
+        """A metric with its own dimensions, written at once as its own EMF document (Powertools' `single_metric`).
+
+        Powertools' Metrics gives one dimension set to everything it flushes together, and one batch mixes job types
+        and halts; so a metric whose dimensions matter (JobType, or the exact set an alarm names) is not added to it.
+        Without either argument the metric joins the invocation's shared set (service dimension only).
+        """
+        if job_type is None and dimensions is None:
+            self.metrics.add_metric(name=name, unit=unit, value=value)
+            return
+        own = dict(dimensions or {})
+        if job_type is not None:
+            own[JOB_TYPE_DIMENSION] = job_type
+        with single_metric(
+            name=name,
+            unit=unit,
+            value=value,
+            namespace=self.metrics.namespace,
+            default_dimensions={**self.metrics.default_dimensions, **own},
+        ) as metric:
+            if self.metrics.service:  # single_metric drops the Metrics' service dimension unless it is set again
+                metric.add_dimension(name="service", value=str(self.metrics.service))
 
 
 def _describe(error: Exception) -> str:
@@ -313,6 +384,20 @@ def _describe(error: Exception) -> str:
         parts = [f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in error.errors()[:5]]
         return "invalid job message: " + "; ".join(parts)
     return f"invalid job message: {error}"
+
+
+def _job_type_if_any(record: SQSRecord) -> str:
+    """A rejected message's job type for its metric: the body's `type`, else the producer's `type` attribute, when it
+    names a known job type; otherwise UNKNOWN_JOB_TYPE."""
+    try:
+        candidates: list[Any] = [json.loads(record.body).get("type")]
+    except Exception:  # not JSON, not an object, or nested too deep (RecursionError)
+        candidates = []
+    attribute = record.message_attributes["type"] if "type" in record.message_attributes else None  # noqa: SIM401
+    if attribute is not None:
+        candidates.append(attribute.string_value)
+    known = {str(job_type) for job_type in JobType}
+    return next((str(c) for c in candidates if isinstance(c, str) and c in known), UNKNOWN_JOB_TYPE)
 
 
 def _job_id_if_any(body: str) -> str | None:
