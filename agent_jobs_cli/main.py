@@ -247,7 +247,15 @@ def workspace_panel(workspace: dict[str, Any]) -> Panel:
 
 
 def jobs_table(jobs: list[dict[str, Any]], title: str | None = None) -> Table:
-    table = Table("#", "job", "type", "status", "attempt", "sequence", "updated", "error", title=title)
+    table = Table(title=title)
+    table.add_column("#", justify="right", no_wrap=True)
+    table.add_column("job", overflow="fold")
+    table.add_column("type", no_wrap=True)
+    table.add_column("status", no_wrap=True, min_width=9)
+    table.add_column("attempt", justify="right", no_wrap=True)
+    table.add_column("sequence", overflow="fold")
+    table.add_column("updated", no_wrap=True)
+    table.add_column("error", overflow="fold")
     for index, job in enumerate(jobs, start=1):
         table.add_row(
             str(index),
