@@ -182,7 +182,7 @@ class RouteFallbackProxy:
                 self.end_headers()
                 self.wfile.write(answer)
 
-            do_GET = do_POST = do_PUT = _forward  # noqa: N815
+            do_GET = do_POST = do_PUT = _forward
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass
