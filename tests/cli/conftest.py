@@ -196,6 +196,7 @@ class CliHarness:
     proxy: RouteFallbackProxy
     connection_file: Path
     root: Path
+    default_claims: Any  # the API's own authorizer hook, before the tests' stand-in replaced it
 
     def run(self, *args: str, token: str | None = OPERATOR_TOKEN, input: str | None = None) -> Any:
         """`agent-jobs --connection-file F [--token T] ARGS...` in this process, like the console script."""
@@ -238,6 +239,7 @@ def start_harness(root: Path, **runtime_options: Any) -> Iterator[CliHarness]:
     runtime = LocalRuntime(workspaces_root=root / "workspaces", **runtime_options).start()
     proxy = None
     try:
+        default_claims = runtime.api.authorizer_claims
         runtime.api.authorizer_claims = claims_for
         proxy = RouteFallbackProxy(runtime).start()
         connection_file = runtime.write_connection_file(root / ".agent-jobs" / "local.json")
@@ -245,7 +247,7 @@ def start_harness(root: Path, **runtime_options: Any) -> Iterator[CliHarness]:
         document = json.loads(connection_file.read_text())
         document["apiUrl"] = proxy.url
         connection_file.write_text(json.dumps(document))
-        yield CliHarness(runtime, proxy, connection_file, root)
+        yield CliHarness(runtime, proxy, connection_file, root, default_claims)
     finally:
         if proxy is not None:
             proxy.stop()

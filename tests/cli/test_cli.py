@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from agent_jobs_cli.main import OPERATOR_SCOPE, build_job, is_idle
-from tests.cli.conftest import AGENT_TOKEN, CliHarness, job_item
+from tests.cli.conftest import AGENT_TOKEN, CliHarness, claims_for, job_item
 
 
 def test_cli_operator_scope_matches_the_api():
@@ -208,3 +208,36 @@ def test_cli_agent_token_reads_its_tenants_jobs(cli: CliHarness):
     result = cli.run("status", "job", "cli-agent-1", "--json", token=AGENT_TOKEN)
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["tenantId"] == "default"
+
+
+def test_cli_token_mints_a_local_token_with_the_operator_scope():
+    """Needs agent_jobs_local.auth.mint_token (the local development key)."""
+    import jwt
+    from typer.testing import CliRunner
+
+    from agent_jobs_cli.main import app
+
+    result = CliRunner().invoke(app, ["token", "--tenant", "tenant-7", "--operator"])
+    assert result.exit_code == 0, result.output
+    claims = jwt.decode(result.stdout.strip(), options={"verify_signature": False})
+    assert claims["tenant_id"] == "tenant-7"
+    assert OPERATOR_SCOPE in claims["scope"].split()
+    assert claims["iss"] == "agent-jobs-local"
+    assert claims["aud"] == "agent-jobs"
+
+
+def test_cli_mints_a_token_for_the_local_runtime_when_none_is_given(cli: CliHarness):
+    """Needs agent_jobs_local.auth (mint_token, and the API's default authorizer hook verifying its tokens)."""
+    cli.register("ws-cli-minted")
+    assert cli.enqueue_patch("ws-cli-minted", "cli-minted-1").exit_code == 0
+    cli.runtime.api.authorizer_claims = cli.default_claims
+    try:
+        # When no token is given against the local runtime, one is minted for --tenant (default "default")
+        minted = cli.run("status", "job", "cli-minted-1", "--json", token=None)
+        other_tenant = cli.run("--tenant", "someone-else", "status", "job", "cli-minted-1", token=None)
+    finally:
+        cli.runtime.api.authorizer_claims = claims_for
+    assert minted.exit_code == 0, minted.output
+    assert json.loads(minted.stdout)["tenantId"] == "default"
+    assert other_tenant.exit_code == 1
+    assert "403" in other_tenant.stderr
