@@ -163,6 +163,13 @@ def test_cli_halted_lists_a_halted_workspace_and_resume_refuses_an_active_one(cl
     assert refused.exit_code == 1
     assert "not HALTED" in refused.stderr
     assert "choose one decision" in cli.run("resume", "ws-cli-unregistered", "--yes").stderr
+    # and a resume shows the halting job and asks first: declined, nothing is sent and the halt stays
+    declined = cli.run("resume", "ws-cli-unregistered", "--skip", input="n\n")
+    assert declined.exit_code == 1
+    assert "DEAD" in declined.stdout
+    assert "skip job cli-u-1 and resume workspace ws-cli-unregistered?" in declined.stdout
+    assert "not resumed" in declined.stderr
+    assert cli.run_json("status", "workspace", "ws-cli-unregistered")["state"] == "HALTED"
 
 
 def test_cli_is_idle_only_without_pending_jobs_or_a_resume():

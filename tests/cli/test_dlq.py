@@ -61,8 +61,8 @@ def connection_file(tmp_path: Path, stack: Stack, endpoint_url: str) -> Path:
     return path
 
 
-def run(path: Path, *args: str) -> Any:
-    return CliRunner().invoke(app, ["--connection-file", str(path), *args], env={"COLUMNS": "200"})
+def run(path: Path, *args: str, input: str | None = None) -> Any:
+    return CliRunner().invoke(app, ["--connection-file", str(path), *args], input=input, env={"COLUMNS": "200"})
 
 
 def enqueue(stack: Stack, *job_ids: str, workspace_id: str = "ws-d") -> list[str]:
@@ -183,6 +183,37 @@ def test_dlq_redrive_rejects_a_body_that_is_not_a_job_and_deletes_a_job_that_too
     assert server_stack.workspace("ws-bad")["state"] == WorkspaceState.HALTED
     assert server_stack.workspace("ws-done") is None  # nothing halted a workspace whose job took effect
     assert depth(sqs, server_stack.dlq_url) == 0
+
+
+def test_dlq_redrive_takes_the_sequence_number_from_the_message_when_the_job_has_no_record(
+    server_stack: Stack, moto_server: str, tmp_path: Path
+):
+    # Given a job message sent to the queue by another producer (no job record), dead-lettered by the queue
+    sqs = server_stack.services.sqs
+    message = make_message("raw-1", "ws-raw")
+    sent = sqs.send_message(
+        QueueUrl=server_stack.queue_url,
+        MessageBody=message.model_dump_json(by_alias=True),
+        MessageGroupId=workspace_group_id("ws-raw"),
+        MessageDeduplicationId="raw-1",
+        MessageAttributes={"tenantId": {"DataType": "String", "StringValue": "tenant-1"}},
+    )
+    dead_letter_head(sqs, server_stack.queue_url, server_stack.dlq_url)
+    path = connection_file(tmp_path, server_stack, moto_server)
+
+    # When the operator looks first and declines, then redrives
+    declined = run(path, "dlq", "redrive", "--workspace", "ws-raw", input="n\n")
+    assert declined.exit_code == 1
+    assert "raw-1" in declined.stdout
+    assert depth(sqs, server_stack.dlq_url) == 1
+    assert server_stack.job("raw-1") is None
+    accepted = run(path, "dlq", "redrive", "--workspace", "ws-raw", input="y\n")
+
+    # Then the job is PARKED with the message's own SequenceNumber, owned by the message's tenant
+    assert accepted.exit_code == 0, accepted.output
+    job = server_stack.job("raw-1")
+    assert (job["status"], job["sequenceNumber"], job["tenantId"]) == ("PARKED", sent["SequenceNumber"], "tenant-1")
+    assert server_stack.workspace("ws-raw")["haltingJobId"] == "raw-1"
 
 
 def test_dlq_redrive_leaves_a_leased_job_and_everything_behind_it_in_its_group(
