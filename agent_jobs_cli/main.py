@@ -665,7 +665,10 @@ def dlq_list(
     if as_json:
         print_json({"messages": [m.summary() for m in listing.messages], "unseen": listing.unseen})
         return
-    out().print(listing_table(listing.messages, f"dead-letter queue: {len(listing.messages)} messages"))
+    if listing.messages:
+        out().print(listing_table(listing.messages, f"dead-letter queue: {len(listing.messages)} messages"))
+    else:
+        out().print("No messages in the dead-letter queue" + (" for these workspaces." if wanted else "."))
     if listing.unseen:
         out().print(
             f"[yellow]{listing.unseen} more message(s) wait behind earlier messages of their group; they show once "

@@ -83,8 +83,10 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"  DLQ          {resources.dlq_url}")
         console.print(f"  table        {resources.table_name}")
         console.print(f"  workspaces   {args.workspaces_root}")
-        console.print(f"  env file     {args.env_file}  (sam local invoke/start-api --env-vars {args.env_file})")
-        console.print(f"  CLI          {args.connection_file}  (agent-jobs reads it: agent-jobs halted, ...)")
+        console.print(
+            f"  env file     {args.env_file}  (sam local invoke/start-api --env-vars {args.env_file})\n"
+            f"  CLI          {args.connection_file}  (agent-jobs reads it: agent-jobs halted, ...)"
+        )
         console.print("Ctrl-C stops everything.")
         stop = threading.Event()
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
