@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Final, NoReturn, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Final, NoReturn, ParamSpec, TypeVar
 
 import typer
 from pydantic import ValidationError
@@ -29,6 +29,9 @@ from rich.text import Text
 
 from agent_jobs_cli.api import ApiClient, ApiError, path_id
 from agent_jobs_cli.targets import Target, TargetError, connection_file_path, load_local_target, load_stack_target
+
+if TYPE_CHECKING:
+    from agent_jobs_cli.deadletters import DeadLetter, DeadLetterQueue
 
 OPERATOR_SCOPE: Final = "agent-jobs/operator"  # enqueue_api.app.OPERATOR_SCOPE (a test keeps them equal)
 PENDING_STATUSES: Final = frozenset({"QUEUED", "IN_FLIGHT", "FAILED"})
@@ -506,23 +509,33 @@ def watch(
         summary = Text("  ".join(f"{name} {count}" for name, count in sorted(counts.items())) or "no jobs yet")
         return Group(header, jobs_table(timeline), summary)
 
-    last: Any = None
+    def emit() -> Callable[[dict[str, Any] | None, list[dict[str, Any]]], None]:
+        last: list[Any] = [None]
+
+        def changed_lines(workspace: dict[str, Any] | None, timeline: list[dict[str, Any]]) -> None:
+            document = {"workspace": workspace, "jobs": timeline}
+            if document != last[0]:  # one JSON line per change, for scripts that follow it
+                typer.echo(json.dumps(document, sort_keys=True, default=str))
+            last[0] = document
+
+        return changed_lines
+
+    def poll(show: Callable[[dict[str, Any] | None, list[dict[str, Any]]], None]) -> None:
+        while True:
+            workspace, timeline = snapshot()
+            show(workspace, timeline)
+            if until_idle and is_idle(workspace, timeline):
+                return
+            if deadline is not None and time.monotonic() >= deadline:
+                raise CliError(f"workspace {workspace_id} still has jobs waiting or running after {timeout} s")
+            time.sleep(interval)
+
     try:
-        with Live(console=out(), auto_refresh=False, transient=False) as live:
-            while True:
-                workspace, timeline = snapshot()
-                if as_json:
-                    document = {"workspace": workspace, "jobs": timeline}
-                    if document != last:
-                        typer.echo(json.dumps(document, sort_keys=True, default=str))
-                    last = document
-                else:
-                    live.update(view(workspace, timeline), refresh=True)
-                if until_idle and is_idle(workspace, timeline):
-                    return
-                if deadline is not None and time.monotonic() >= deadline:
-                    raise CliError(f"workspace {workspace_id} still has jobs waiting or running after {timeout} s")
-                time.sleep(interval)
+        if as_json:
+            poll(emit())
+        else:
+            with Live(console=out(), auto_refresh=False, transient=False) as live:
+                poll(lambda workspace, timeline: live.update(view(workspace, timeline), refresh=True))
     except KeyboardInterrupt:
         return
 
@@ -581,7 +594,7 @@ def resume(
             halting = client.get(f"/jobs/{path_id(str(halting_job_id))}")
         if isinstance(halting, dict):
             out().print(job_panel(halting))
-    if not yes and not typer.confirm(f"{decision} job {halting_job_id} and resume workspace {workspace_id}?"):
+    if not yes and not typer.confirm(f"{decision} job {halting_job_id} and resume workspace {workspace_id}?", err=True):
         raise CliError("not resumed")
     answer = api_post(
         client,
@@ -610,7 +623,7 @@ def token(
 # ---- dead-letter queue ---------------------------------------------------------------------------------------------
 
 
-def dead_letter_queue(target: Target) -> Any:
+def dead_letter_queue(target: Target) -> DeadLetterQueue:
     from agent_jobs_cli.deadletters import DeadLetterQueue
 
     return DeadLetterQueue(target.sqs(), target.dlq_url)
@@ -635,7 +648,7 @@ def aws_call(what: str, call: Callable[[], R]) -> R:
         raise CliError(f"{what} failed: {error}; check your AWS credentials and the target") from None
 
 
-def listing_table(messages: list[Any], title: str) -> Table:
+def listing_table(messages: list[DeadLetter], title: str) -> Table:
     table = Table("message", "workspace", "job", "sequence", "receives", "sent", title=title)
     for message in messages:
         table.add_row(
@@ -763,7 +776,7 @@ def dlq_redrive(
             return
         out().print(listing_table(listing.messages, "to redrive"))
         if not typer.confirm(
-            f"Park these {len(listing.messages)} message(s) and halt their workspaces until a resume?"
+            f"Park these {len(listing.messages)} message(s) and halt their workspaces until a resume?", err=True
         ):
             raise CliError("nothing redriven")
 

@@ -48,6 +48,10 @@ def test_cli_enqueue_status_and_timeline_follow_jobs_to_success(cli: CliHarness)
     watched = cli.run("watch", "ws-cli-a", "--until-idle", "--interval", "0.2", "--timeout", "90")
     assert watched.exit_code == 0, watched.output
 
+    lines = cli.run("watch", "ws-cli-a", "--until-idle", "--json")
+    assert lines.exit_code == 0, lines.output
+    assert {job["status"] for job in json.loads(lines.stdout.splitlines()[-1])["jobs"]} == {"SUCCEEDED"}
+
     # Then every job SUCCEEDED, and the timeline lists them in acceptance order across pages
     job = cli.run_json("status", "job", "cli-a-1")
     assert job["status"] == "SUCCEEDED"
@@ -167,7 +171,7 @@ def test_cli_halted_lists_a_halted_workspace_and_resume_refuses_an_active_one(cl
     declined = cli.run("resume", "ws-cli-unregistered", "--skip", input="n\n")
     assert declined.exit_code == 1
     assert "DEAD" in declined.stdout
-    assert "skip job cli-u-1 and resume workspace ws-cli-unregistered?" in declined.stdout
+    assert "skip job cli-u-1 and resume workspace ws-cli-unregistered?" in declined.stderr
     assert "not resumed" in declined.stderr
     assert cli.run_json("status", "workspace", "ws-cli-unregistered")["state"] == "HALTED"
 
