@@ -23,6 +23,7 @@ $(STAMP): requirements-dev.txt layers/shared/requirements.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -r requirements-dev.txt
+	$(BIN)/python -m pip install --quiet --no-deps -e .
 	touch $(STAMP)
 
 venv: $(STAMP) ## create .venv with the pinned development requirements
@@ -65,7 +66,7 @@ build-local: $(STAMP) ## sam build with the layer's wheels for this machine (to 
 demo: $(STAMP) ## run the whole system locally (embedded emulator, API, workers) under a faulty workload, then verify
 	$(BIN)/python -m agent_jobs_local demo $(DEMO_ARGS)
 
-local: $(STAMP) ## run the local stack for manual use; writes env.local.json for sam local
+local: $(STAMP) ## run the local stack for manual use; writes env.local.json (sam local) and .agent-jobs/local.json (agent-jobs)
 	$(BIN)/python -m agent_jobs_local local $(LOCAL_ARGS)
 
 chaos: $(STAMP) ## the chaos suite at a larger size (CHAOS_JOBS, default 1000)

@@ -37,6 +37,12 @@ def main(argv: list[str] | None = None) -> int:
     local.add_argument("--endpoint-url", default=None, help="an emulator or account to use instead of moto's server")
     local.add_argument("--api-port", type=int, default=3000)
     local.add_argument("--env-file", type=Path, default=Path("env.local.json"))
+    local.add_argument(
+        "--connection-file",
+        type=Path,
+        default=Path(".agent-jobs/local.json"),
+        help="where to write the connection file the agent-jobs command line reads",
+    )
     local.add_argument("--workspaces-root", type=Path, default=Path(".local/workspaces"))
     local.add_argument("--time-scale", type=float, default=1.0)
 
@@ -68,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         time_scale=args.time_scale,
     ) as runtime:
         runtime.write_env_file(args.env_file)
+        runtime.write_connection_file(args.connection_file)
         resources = runtime.resources
         console.print(f"[bold]Agent Jobs local stack[/] (stack name {resources.queue_name.removesuffix('-jobs.fifo')})")
         console.print(f"  API          {runtime.api_url}   (POST /jobs, GET /jobs/{{jobId}})")
@@ -76,7 +83,10 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"  DLQ          {resources.dlq_url}")
         console.print(f"  table        {resources.table_name}")
         console.print(f"  workspaces   {args.workspaces_root}")
-        console.print(f"  env file     {args.env_file}  (sam local invoke/start-api --env-vars {args.env_file})")
+        console.print(
+            f"  env file     {args.env_file}  (sam local invoke/start-api --env-vars {args.env_file})\n"
+            f"  CLI          {args.connection_file}  (agent-jobs reads it: agent-jobs halted, ...)"
+        )
         console.print("Ctrl-C stops everything.")
         stop = threading.Event()
         signal.signal(signal.SIGTERM, lambda *_: stop.set())

@@ -333,6 +333,23 @@ class LocalRuntime:
         poller: EventSourcePoller = self._require(self._poller, "poller")
         return poller
 
+    def write_connection_file(self, path: Path) -> Path:
+        """Write the connection file the `agent-jobs` command line reads for this runtime (JSON): `apiUrl`,
+        `endpointUrl` (the emulator), `region`, `tableName`, `queueUrl`, `deadLetterQueueUrl`."""
+        resources = self.resources
+        document = {
+            "apiUrl": self.api_url,
+            "endpointUrl": self.endpoint_url,
+            "region": resources.region,
+            "tableName": resources.table_name,
+            "queueUrl": resources.queue_url,
+            "deadLetterQueueUrl": resources.dlq_url,
+        }
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+        return path
+
     def write_env_file(self, path: Path, endpoint_for_containers: str | None = None) -> Path:
         """Write a `sam local invoke --env-vars` / `sam local start-api --env-vars` file for these resources:
         `{"EnqueueApiFunction": {"TABLE_NAME": ..., "QUEUE_URL": ..., "AWS_ENDPOINT_URL": ...}, "JobWorkerFunction":

@@ -1,0 +1,385 @@
+"""Dead-letter queue operations: list, show and redrive the messages the jobs queue moved to its FIFO DLQ.
+
+These act with operator AWS credentials on the queue and the table directly, not through the API.
+
+Reading without deleting. A FIFO queue hands out a message group's later messages only while none of its earlier
+ones is in flight. So `DeadLetterQueue.read` receives with a visibility timeout (`hold_seconds`), keeps every receipt
+handle, receives again until nothing new comes, and then sets the visibility of everything it held back to 0, so
+nothing stays hidden from the next reader. A group can show only the messages SQS hands out in one receive before
+its earlier messages are deleted (up to 10); the queue's approximate count tells how many were not seen.
+Receiving counts as a receive (ApproximateReceiveCount rises); the DLQ has no redrive policy, so that moves nothing.
+
+Redrive, without StartMessageMoveTask (emulators lack it) and without resending. Resending a dead-lettered message
+to the jobs queue would give it a new SequenceNumber, after the jobs the queue accepted later, and the worker would
+run it after them: order broken. Instead each selected message, in its group's order, is parked through
+`JobGuard.park(..., halt_workspace=True)` with the job's original SequenceNumber (the job record's stored
+`sequenceNumber`, else the message's own), which halts its workspace in the same transaction. The worker parks every
+later job of a halted workspace, and a resume (`agent-jobs resume W --retry`) drains the parked jobs in
+SequenceNumber order, this one first. A body that is not a valid job message is rejected through `JobGuard.reject`
+(which halts too). A job that already took effect (SUCCEEDED or SKIPPED) is only deleted. A DLQ message is deleted
+only after its park or reject write succeeded; a message that could not be settled stops its group (its later
+messages stay in the DLQ, in order) and is left visible for the next run.
+
+Jobs the worker ran between the queue dead-lettering a message and the redrive have already taken effect out of
+order; the worker's own parking near the delivery limit exists to make that rare, and the DLQ depth alarm to make
+the window short.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any, Final
+
+from agent_jobs.guard import JobGuard
+from agent_jobs.keys import workspace_group_id, workspace_id_from_group
+from agent_jobs.models import JobMessage, JobStatus, payload_hash
+
+if TYPE_CHECKING:
+    from mypy_boto3_sqs.client import SQSClient
+
+DEFAULT_HOLD_SECONDS: Final = 60
+MAX_RECEIVES: Final = 1000  # a bound on one read, far beyond any DLQ an operator reads by hand
+_BATCH: Final = 10
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """One message of the DLQ as received: its body, SQS attributes and message attributes."""
+
+    message_id: str
+    receipt_handle: str
+    body: str
+    attributes: dict[str, str]
+    message_attributes: dict[str, str]
+
+    @property
+    def group_id(self) -> str | None:
+        return self.attributes.get("MessageGroupId")
+
+    @property
+    def workspace_id(self) -> str | None:
+        group = self.group_id
+        return workspace_id_from_group(group) if group else None
+
+    @property
+    def sequence_number(self) -> str | None:
+        return self.attributes.get("SequenceNumber")
+
+    @property
+    def receive_count(self) -> int:
+        return int(self.attributes.get("ApproximateReceiveCount", "0") or 0)
+
+    @property
+    def sent_at_ms(self) -> int | None:
+        raw = self.attributes.get("SentTimestamp")
+        return int(raw) if raw and raw.isdigit() else None
+
+    @property
+    def job_id(self) -> str | None:
+        """The body's jobId when the body is a JSON object that has one (the body need not be a valid job)."""
+        try:
+            document = json.loads(self.body)
+        except ValueError:
+            return None
+        job_id = document.get("jobId") if isinstance(document, dict) else None
+        return job_id if isinstance(job_id, str) and job_id else None
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "messageId": self.message_id,
+            "groupId": self.group_id,
+            "workspaceId": self.workspace_id,
+            "jobId": self.job_id,
+            "sequenceNumber": self.sequence_number,
+            "receiveCount": self.receive_count,
+            "sentAt": self.sent_at_ms,
+        }
+
+
+@dataclass(frozen=True)
+class Listing:
+    """What one read saw: the messages in each group's order, and how many the queue says it holds."""
+
+    messages: list[DeadLetter]
+    approximate_total: int
+
+    @property
+    def unseen(self) -> int:
+        """Messages the queue counts but the read could not see (behind earlier messages of their group)."""
+        return max(0, self.approximate_total - len(self.messages))
+
+
+class RedriveOutcome(StrEnum):
+    PARKED = "PARKED"  # parked with its original SequenceNumber, workspace halted; deleted from the DLQ
+    REJECTED = "REJECTED"  # not a valid job message: recorded REJECTED, workspace halted; deleted from the DLQ
+    ALREADY_DONE = "ALREADY_DONE"  # the job took effect (SUCCEEDED or SKIPPED): deleted only
+    ALREADY_SETTLED = "ALREADY_SETTLED"  # the job is PARKED, DEAD or REJECTED already, its halt on record: deleted
+    CONFLICT = "CONFLICT"  # the jobId belongs to a job with another payload: deleted without effect, as the worker does
+    LEFT = "LEFT"  # could not be settled now (see detail); left in the DLQ, and its group stopped
+    STOPPED = "STOPPED"  # behind a message of its group that was left; left in the DLQ
+
+
+@dataclass(frozen=True)
+class RedriveResult:
+    message_id: str
+    workspace_id: str | None
+    job_id: str | None
+    sequence_number: str | None
+    outcome: RedriveOutcome
+    detail: str
+    deleted: bool
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "messageId": self.message_id,
+            "workspaceId": self.workspace_id,
+            "jobId": self.job_id,
+            "sequenceNumber": self.sequence_number,
+            "outcome": str(self.outcome),
+            "detail": self.detail,
+            "deleted": self.deleted,
+        }
+
+
+@dataclass
+class _Held:
+    """Messages received and not deleted during one operation: their latest receipt handles, in arrival order."""
+
+    messages: dict[str, DeadLetter] = field(default_factory=dict)
+
+    def keep(self, message: DeadLetter) -> bool:
+        """True if the message is new to this operation."""
+        new = message.message_id not in self.messages
+        self.messages[message.message_id] = message  # the newest receipt handle is the one SQS honours
+        return new
+
+    def forget(self, message_id: str) -> None:
+        self.messages.pop(message_id, None)
+
+
+def sequence_key(sequence_number: str | None) -> tuple[int, int]:
+    """Order by SequenceNumber as a number (SQS's are decimal strings); missing ones last."""
+    if sequence_number and sequence_number.isdigit():
+        return (0, int(sequence_number))
+    return (1, 0)
+
+
+class DeadLetterQueue:
+    """The jobs queue's FIFO dead-letter queue (`dlq_url`)."""
+
+    def __init__(
+        self,
+        sqs: SQSClient,
+        dlq_url: str,
+        *,
+        hold_seconds: int = DEFAULT_HOLD_SECONDS,
+        final_wait_seconds: int = 1,
+    ) -> None:
+        self._sqs = sqs
+        self._url = dlq_url
+        self._hold = hold_seconds
+        # A short poll can miss messages on SQS; an empty short poll is confirmed by one long poll this long.
+        self._final_wait = final_wait_seconds
+
+    # ---- reading -------------------------------------------------------------------------------------------------
+
+    def read(self, select: Callable[[DeadLetter], bool] = lambda _: True) -> Listing:
+        """Every message the queue hands out (those `select` keeps), each group in order, nothing deleted."""
+        with self._holding() as held:
+            for _ in self._receive_until_quiet(held):
+                pass
+            messages = [m for m in held.messages.values() if select(m)]
+        return Listing(messages=_in_group_order(messages), approximate_total=self.approximate_depth())
+
+    def find(self, message_id: str) -> DeadLetter | None:
+        """One message by its MessageId (read like `read`, nothing deleted)."""
+        matches = self.read(lambda message: message.message_id == message_id).messages
+        return matches[0] if matches else None
+
+    def approximate_depth(self) -> int:
+        attributes = self._sqs.get_queue_attributes(
+            QueueUrl=self._url,
+            AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+        )["Attributes"]
+        return sum(int(value) for value in attributes.values())
+
+    @contextmanager
+    def _holding(self) -> Iterator[_Held]:
+        held = _Held()
+        try:
+            yield held
+        finally:
+            self._release(list(held.messages.values()))
+
+    def _receive_until_quiet(self, held: _Held) -> Iterator[list[DeadLetter]]:
+        """Receive batches (kept in `held`) until a receive brings nothing new; yields each batch's new messages."""
+        for _ in range(MAX_RECEIVES):
+            fresh = [m for m in self._receive(wait_seconds=0) if held.keep(m)]
+            if not fresh and self._final_wait:
+                fresh = [m for m in self._receive(wait_seconds=self._final_wait) if held.keep(m)]
+            if not fresh:
+                return
+            yield fresh
+
+    def _receive(self, *, wait_seconds: int) -> list[DeadLetter]:
+        response = self._sqs.receive_message(
+            QueueUrl=self._url,
+            MaxNumberOfMessages=_BATCH,
+            VisibilityTimeout=self._hold,
+            WaitTimeSeconds=wait_seconds,
+            MessageSystemAttributeNames=["All"],
+            MessageAttributeNames=["All"],
+        )
+        return [
+            DeadLetter(
+                message_id=raw["MessageId"],
+                receipt_handle=raw["ReceiptHandle"],
+                body=raw.get("Body", ""),
+                attributes={str(name): value for name, value in (raw.get("Attributes") or {}).items()},
+                message_attributes={
+                    name: str(value.get("StringValue", value.get("BinaryValue", "")))
+                    for name, value in (raw.get("MessageAttributes") or {}).items()
+                },
+            )
+            for raw in response.get("Messages", [])
+        ]
+
+    def _release(self, messages: list[DeadLetter]) -> None:
+        """Visible again at once, so nothing stays hidden from the next reader (or the worker of a redrive)."""
+        for start in range(0, len(messages), _BATCH):
+            chunk = messages[start : start + _BATCH]
+            self._sqs.change_message_visibility_batch(
+                QueueUrl=self._url,
+                Entries=[
+                    {"Id": str(index), "ReceiptHandle": message.receipt_handle, "VisibilityTimeout": 0}
+                    for index, message in enumerate(chunk)
+                ],
+            )
+
+    def _delete(self, message: DeadLetter) -> None:
+        self._sqs.delete_message(QueueUrl=self._url, ReceiptHandle=message.receipt_handle)
+
+    # ---- redrive -------------------------------------------------------------------------------------------------
+
+    def redrive(
+        self,
+        guard: JobGuard,
+        *,
+        select_workspace: Callable[[str | None], bool],
+        max_receive_count: int | None = None,
+        on_result: Callable[[RedriveResult], None] = lambda _: None,
+    ) -> list[RedriveResult]:
+        """Park (or reject) every message of the selected workspaces, each group in order, and delete it from the DLQ
+        once that write succeeded (see the module docstring). `max_receive_count` (the jobs queue's redrive
+        maxReceiveCount) goes into the parked reason; each result is also passed to `on_result` as it happens."""
+        results: list[RedriveResult] = []
+        stopped_groups: set[str | None] = set()
+        with self._holding() as held:
+            for batch in self._receive_until_quiet(held):
+                for message in _in_group_order(batch):
+                    if not select_workspace(message.workspace_id):
+                        continue  # held until the end, then made visible again
+                    if message.group_id in stopped_groups:
+                        result = _result(message, RedriveOutcome.STOPPED, "behind a message of its group that was left")
+                    else:
+                        result = self._redrive_one(guard, message, max_receive_count)
+                        if result.deleted:
+                            held.forget(message.message_id)
+                        elif result.outcome is RedriveOutcome.LEFT:
+                            stopped_groups.add(message.group_id)
+                    results.append(result)
+                    on_result(result)
+        return results
+
+    def _redrive_one(self, guard: JobGuard, message: DeadLetter, max_receive_count: int | None) -> RedriveResult:
+        job, problem = _parse_job_message(message)
+        if job is None:
+            workspace_id = message.workspace_id
+            if not workspace_id:
+                return _result(message, RedriveOutcome.LEFT, "no message group: not a message of the jobs queue")
+            rejected = guard.reject(
+                message_id=message.message_id,
+                job_id=message.job_id,
+                workspace_id=workspace_id,
+                tenant_id=message.message_attributes.get("tenantId"),
+                reason=f"dead-lettered by the queue and not a valid job message: {problem}",
+                body=message.body,
+            )
+            if not rejected:
+                return _result(message, RedriveOutcome.LEFT, "the rejection could not be recorded")
+            return self._deleted(message, RedriveOutcome.REJECTED, f"not a valid job message ({problem}); halted")
+
+        record = guard.get_job(job.job_id) or {}
+        status = record.get("status")
+        if record and record.get("payloadHash") not in (None, job.payload_hash):
+            return self._deleted(
+                message, RedriveOutcome.CONFLICT, "the jobId belongs to a job with another payload; no effect"
+            )
+        if status in (JobStatus.SUCCEEDED, JobStatus.SKIPPED):
+            return self._deleted(message, RedriveOutcome.ALREADY_DONE, f"job is {status}: it took effect")
+        if status in (JobStatus.PARKED, JobStatus.DEAD, JobStatus.REJECTED):
+            return self._deleted(message, RedriveOutcome.ALREADY_SETTLED, f"job is {status}: its halt is on record")
+        if status == JobStatus.IN_FLIGHT and int(record.get("leaseExpiresAt", 0)) >= guard.now():
+            return _result(message, RedriveOutcome.LEFT, "a worker holds the job's lease; redrive again after it ends")
+
+        sequence_number = record.get("sequenceNumber") or message.sequence_number
+        receives = max_receive_count or message.receive_count
+        parked = guard.park(
+            job,
+            message_id=message.message_id,  # SQS keeps a message's MessageId when it moves it to the DLQ
+            sequence_number=str(sequence_number) if sequence_number else None,
+            body=message.body,
+            reason=f"dead-lettered by the queue after {receives} receives; redriven",
+            halt_workspace=True,
+        )
+        if not parked:
+            now = (guard.get_job(job.job_id) or {}).get("status")
+            return _result(message, RedriveOutcome.LEFT, f"could not park the job (now {now}); redrive again")
+        return self._deleted(message, RedriveOutcome.PARKED, f"parked at SequenceNumber {sequence_number}; halted")
+
+    def _deleted(self, message: DeadLetter, outcome: RedriveOutcome, detail: str) -> RedriveResult:
+        self._delete(message)
+        return _result(message, outcome, detail, deleted=True)
+
+
+def _result(message: DeadLetter, outcome: RedriveOutcome, detail: str, *, deleted: bool = False) -> RedriveResult:
+    return RedriveResult(
+        message_id=message.message_id,
+        workspace_id=message.workspace_id,
+        job_id=message.job_id,
+        sequence_number=message.sequence_number,
+        outcome=outcome,
+        detail=detail,
+        deleted=deleted,
+    )
+
+
+def _in_group_order(messages: list[DeadLetter]) -> list[DeadLetter]:
+    """Groups in order of first appearance, each group's messages by SequenceNumber (the queue's own order)."""
+    first_seen: dict[str | None, int] = {}
+    for index, message in enumerate(messages):
+        first_seen.setdefault(message.group_id, index)
+    return sorted(messages, key=lambda m: (first_seen[m.group_id], sequence_key(m.sequence_number)))
+
+
+def _parse_job_message(message: DeadLetter) -> tuple[JobMessage | None, str]:
+    """The job message, validated as the worker validates it, or None and what is wrong with it."""
+    try:
+        job = JobMessage.model_validate_json(message.body)
+        request = job.request()
+    except ValueError as error:
+        return None, _first_line(error)
+    if message.group_id != workspace_group_id(job.workspace_id):
+        return None, f"message group {message.group_id!r} is not workspace {job.workspace_id!r}'s group"
+    if payload_hash(request) != job.payload_hash:
+        return None, "payloadHash does not match the payload"
+    return job, ""
+
+
+def _first_line(error: Exception) -> str:
+    text = str(error).strip().splitlines()
+    return " ".join(text[:3])[:300] if text else type(error).__name__

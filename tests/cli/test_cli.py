@@ -1,0 +1,254 @@
+"""The command line against a real local runtime: enqueue, status, the timeline, watch, halted, and the errors a user
+can cause. The DLQ commands are in test_dlq.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from agent_jobs_cli.main import OPERATOR_SCOPE, build_job, is_idle
+from tests.cli.conftest import AGENT_TOKEN, CliHarness, claims_for, job_item
+
+
+def test_cli_operator_scope_matches_the_api():
+    from enqueue_api.app import OPERATOR_SCOPE as API_OPERATOR_SCOPE
+
+    assert OPERATOR_SCOPE == API_OPERATOR_SCOPE
+
+
+def test_cli_enqueue_status_and_timeline_follow_jobs_to_success(cli: CliHarness):
+    cli.register("ws-cli-a")
+
+    # When three jobs are enqueued through the CLI (one with a generated jobId, one from a job file)
+    first = cli.enqueue_patch("ws-cli-a", "cli-a-1")
+    assert first.exit_code == 0, first.output
+    assert json.loads(first.stdout)["created"] is True
+    generated = cli.run(
+        "enqueue", "apply_patch", "ws-cli-a", "--patch-file", str(cli.patch_file()), "-m", "second", "--json"
+    )
+    assert generated.exit_code == 0, generated.output
+    generated_id = json.loads(generated.stdout)["jobId"]
+    assert generated_id.startswith("job-")
+    job_file = cli.root / "job.json"
+    job_file.write_text(
+        json.dumps(
+            {
+                "jobId": "cli-a-3",
+                "workspaceId": "ws-cli-a",
+                "type": "apply_patch",
+                "payload": {"patch": cli.patch_file().read_text(), "commitMessage": "third"},
+            }
+        )
+    )
+    from_file = cli.run("enqueue", "--file", str(job_file))
+    assert from_file.exit_code == 0, from_file.output
+    assert "cli-a-3 accepted" in from_file.stdout
+
+    # and the workspace is watched until idle
+    watched = cli.run("watch", "ws-cli-a", "--until-idle", "--interval", "0.2", "--timeout", "90")
+    assert watched.exit_code == 0, watched.output
+
+    lines = cli.run("watch", "ws-cli-a", "--until-idle", "--json")
+    assert lines.exit_code == 0, lines.output
+    assert {job["status"] for job in json.loads(lines.stdout.splitlines()[-1])["jobs"]} == {"SUCCEEDED"}
+
+    # Then every job SUCCEEDED, and the timeline lists them in acceptance order across pages
+    job = cli.run_json("status", "job", "cli-a-1")
+    assert job["status"] == "SUCCEEDED"
+    assert [entry["status"] for entry in job["history"]][-1] == "SUCCEEDED"
+    timeline = cli.run_json("jobs", "ws-cli-a")
+    assert [j["jobId"] for j in timeline["jobs"]] == ["cli-a-1", generated_id, "cli-a-3"]
+    assert {j["status"] for j in timeline["jobs"]} == {"SUCCEEDED"}
+    workspace = cli.run_json("status", "workspace", "ws-cli-a")
+    assert workspace["state"] == "ACTIVE"
+    # and the tables render the same facts
+    table = cli.run("jobs", "ws-cli-a")
+    assert table.exit_code == 0
+    assert "cli-a-3" in table.stdout
+    assert "SUCCEEDED" in table.stdout
+    panel = cli.run("status", "job", "cli-a-1")
+    assert "SUCCEEDED" in panel.stdout
+
+
+def test_cli_enqueue_repeat_is_idempotent_and_conflict_fails(cli: CliHarness):
+    cli.register("ws-cli-b")
+    assert cli.enqueue_patch("ws-cli-b", "cli-b-1").exit_code == 0
+
+    repeat = cli.enqueue_patch("ws-cli-b", "cli-b-1")
+    assert repeat.exit_code == 0, repeat.output
+    assert json.loads(repeat.stdout)["created"] is False
+
+    # Given the same jobId with another payload, the API's 409 becomes a non-zero exit with its message
+    conflict = cli.run("enqueue", "run_tests", "ws-cli-b", "--job-id", "cli-b-1")
+    assert conflict.exit_code == 1
+    assert "409" in conflict.stderr
+    assert "use a new jobId" in conflict.stderr
+
+
+def test_cli_enqueue_names_the_fields_to_fix_before_sending(cli: CliHarness, tmp_path: Path):
+    missing = cli.run("enqueue", "apply_patch", "ws-cli-c", "--message", "m")
+    assert missing.exit_code == 1
+    assert "--patch-file" in missing.stderr
+
+    bad_id = cli.run("enqueue", "open_pr", "ws cli", "--title", "t")
+    assert bad_id.exit_code == 1
+    assert "workspaceId" in bad_id.stderr
+
+    unknown = cli.run("enqueue", "deploy", "ws-cli-c")
+    assert unknown.exit_code == 1
+    assert "apply_patch, run_tests, open_pr" in unknown.stderr
+
+    not_json = tmp_path / "job.json"
+    not_json.write_text("{")
+    assert "cannot read the job file" in cli.run("enqueue", "--file", str(not_json)).stderr
+
+
+def test_cli_status_of_unknown_job_exits_non_zero_with_the_api_message(cli: CliHarness):
+    result = cli.run("status", "job", "no-such-job")
+    assert result.exit_code == 1
+    assert "404" in result.stderr
+    assert "no job 'no-such-job'" in result.stderr
+
+
+def test_cli_without_a_connection_file_says_how_to_start_the_runtime(tmp_path: Path):
+    from typer.testing import CliRunner
+
+    from agent_jobs_cli.main import app
+
+    result = CliRunner().invoke(
+        app, ["--connection-file", str(tmp_path / "none.json"), "--token", "t", "status", "job", "j"]
+    )
+    assert result.exit_code == 1
+    assert "make local" in result.stderr
+    assert "--stack-name" in result.stderr
+
+
+def test_cli_unreachable_api_says_what_to_check(tmp_path: Path):
+    from typer.testing import CliRunner
+
+    from agent_jobs_cli.main import app
+
+    connection = tmp_path / "local.json"
+    connection.write_text(
+        json.dumps(
+            {
+                "apiUrl": "http://127.0.0.1:9",
+                "region": "us-east-1",
+                "tableName": "t",
+                "queueUrl": "q",
+                "deadLetterQueueUrl": "d",
+            }
+        )
+    )
+    result = CliRunner().invoke(app, ["--connection-file", str(connection), "--token", "t", "status", "job", "j"])
+    assert result.exit_code == 1
+    assert "cannot reach the API" in result.stderr
+    assert "make local" in result.stderr
+
+
+def test_cli_halted_lists_a_halted_workspace_and_resume_refuses_an_active_one(cli: CliHarness):
+    # Given a workspace halted by a job that fails permanently (its workspace was never registered: DEAD)
+    assert cli.enqueue_patch("ws-cli-unregistered", "cli-u-1").exit_code == 0
+    watched = cli.run("watch", "ws-cli-unregistered", "--until-idle", "--interval", "0.2", "--timeout", "90")
+    assert watched.exit_code == 0, watched.output
+
+    # When the operator lists the halted workspaces
+    halted = cli.run_json("halted")
+
+    # Then it is there, with the job that halted it
+    views = {view["workspaceId"]: view for view in halted["workspaces"]}
+    assert views["ws-cli-unregistered"]["state"] == "HALTED"
+    assert views["ws-cli-unregistered"]["haltingJobId"] == "cli-u-1"
+    assert "cli-u-1" in cli.run("halted").stdout
+
+    # and resuming a workspace that is not halted is refused before anything is sent
+    cli.register("ws-cli-active")
+    refused = cli.run("resume", "ws-cli-active", "--retry", "--yes")
+    assert refused.exit_code == 1
+    assert "not HALTED" in refused.stderr
+    assert "choose one decision" in cli.run("resume", "ws-cli-unregistered", "--yes").stderr
+    # and a resume shows the halting job and asks first: declined, nothing is sent and the halt stays
+    declined = cli.run("resume", "ws-cli-unregistered", "--skip", input="n\n")
+    assert declined.exit_code == 1
+    assert "DEAD" in declined.stdout
+    assert "skip job cli-u-1 and resume workspace ws-cli-unregistered?" in declined.stderr
+    assert "not resumed" in declined.stderr
+    assert cli.run_json("status", "workspace", "ws-cli-unregistered")["state"] == "HALTED"
+
+
+def test_cli_is_idle_only_without_pending_jobs_or_a_resume():
+    assert is_idle(None, [])
+    assert is_idle({"state": "HALTED"}, [{"status": "PARKED"}, {"status": "DEAD"}])
+    assert not is_idle({"state": "ACTIVE"}, [{"status": "SUCCEEDED"}, {"status": "QUEUED"}])
+    assert not is_idle({"state": "ACTIVE"}, [{"status": "FAILED"}])
+    assert not is_idle({"state": "RESUMING"}, [{"status": "PARKED"}])
+
+
+def test_cli_build_job_generates_a_job_id_and_validates_with_the_layer_model(tmp_path: Path):
+    job = build_job(
+        "run-tests",
+        "ws-1",
+        file=None,
+        job_id=None,
+        patch_file=None,
+        message=None,
+        suite="unit",
+        title=None,
+        body="",
+    )
+    assert job["type"] == "run_tests"
+    assert job["payload"] == {"suite": "unit"}
+    assert job["jobId"].startswith("job-")
+
+
+def test_cli_status_workspace_shows_the_next_command_for_a_halted_workspace(cli: CliHarness):
+    # Given the workspace halted in the test above (or halted now, when this test runs alone)
+    if cli.run("status", "workspace", "ws-cli-unregistered").exit_code != 0:
+        assert cli.enqueue_patch("ws-cli-unregistered", "cli-u-1").exit_code == 0
+        cli.run("watch", "ws-cli-unregistered", "--until-idle", "--interval", "0.2", "--timeout", "90")
+    result = cli.run("status", "workspace", "ws-cli-unregistered")
+    assert result.exit_code == 0, result.output
+    assert "HALTED" in result.stdout
+    assert "agent-jobs resume ws-cli-unregistered --retry" in result.stdout
+    assert job_item(cli.runtime, "cli-u-1")["status"] == "DEAD"
+
+
+def test_cli_agent_token_reads_its_tenants_jobs(cli: CliHarness):
+    cli.register("ws-cli-agent")
+    assert cli.enqueue_patch("ws-cli-agent", "cli-agent-1").exit_code == 0
+    result = cli.run("status", "job", "cli-agent-1", "--json", token=AGENT_TOKEN)
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["tenantId"] == "default"
+
+
+def test_cli_token_mints_a_local_token_with_the_operator_scope():
+    """Needs agent_jobs_local.auth.mint_token (the local development key)."""
+    import jwt
+    from typer.testing import CliRunner
+
+    from agent_jobs_cli.main import app
+
+    result = CliRunner().invoke(app, ["token", "--tenant", "tenant-7", "--operator"])
+    assert result.exit_code == 0, result.output
+    claims = jwt.decode(result.stdout.strip(), options={"verify_signature": False})
+    assert claims["tenant_id"] == "tenant-7"
+    assert OPERATOR_SCOPE in claims["scope"].split()
+    assert claims["iss"] == "agent-jobs-local"
+    assert claims["aud"] == "agent-jobs"
+
+
+def test_cli_mints_a_token_for_the_local_runtime_when_none_is_given(cli: CliHarness):
+    """Needs agent_jobs_local.auth (mint_token, and the API's default authorizer hook verifying its tokens)."""
+    cli.register("ws-cli-minted")
+    assert cli.enqueue_patch("ws-cli-minted", "cli-minted-1").exit_code == 0
+    cli.runtime.api.authorizer_claims = cli.default_claims
+    try:
+        # When no token is given against the local runtime, one is minted for --tenant (default "default")
+        minted = cli.run("status", "job", "cli-minted-1", "--json", token=None)
+        other_tenant = cli.run("--tenant", "someone-else", "status", "job", "cli-minted-1", token=None)
+    finally:
+        cli.runtime.api.authorizer_claims = claims_for
+    assert minted.exit_code == 0, minted.output
+    assert json.loads(minted.stdout)["tenantId"] == "default"
+    assert other_tenant.exit_code == 1
+    assert "403" in other_tenant.stderr

@@ -1,0 +1,91 @@
+"""Where the CLI acts: the local runtime's connection file, or a deployed stack's CloudFormation Outputs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import boto3
+import pytest
+from moto import mock_aws
+from typer.testing import CliRunner
+
+from agent_jobs_cli.main import app
+from agent_jobs_cli.targets import TargetError, load_local_target, load_stack_target
+
+STACK_TEMPLATE = {
+    "Resources": {"Queue": {"Type": "AWS::SQS::Queue", "Properties": {"QueueName": "q.fifo", "FifoQueue": True}}},
+    "Outputs": {
+        "ApiUrl": {"Value": "https://abc.execute-api.us-east-1.amazonaws.com/"},
+        "QueueUrl": {"Value": {"Ref": "Queue"}},
+        "DeadLetterQueueUrl": {"Value": "https://sqs.us-east-1.amazonaws.com/123456789012/dlq.fifo"},
+        "TableName": {"Value": "jobs-table"},
+    },
+}
+
+
+def test_targets_stack_outputs_name_the_api_queues_and_table():
+    with mock_aws():
+        boto3.client("cloudformation", region_name="us-east-1").create_stack(
+            StackName="agent-jobs", TemplateBody=json.dumps(STACK_TEMPLATE)
+        )
+        target = load_stack_target("agent-jobs", "us-east-1")
+
+    assert target.api_url == "https://abc.execute-api.us-east-1.amazonaws.com"
+    assert target.queue_url.endswith("/q.fifo")
+    assert target.dlq_url.endswith("/dlq.fifo")
+    assert (target.table_name, target.region, target.local, target.endpoint_url) == (
+        "jobs-table",
+        "us-east-1",
+        False,
+        None,
+    )
+
+
+def test_targets_stack_without_an_output_says_to_deploy_this_template():
+    template = {**STACK_TEMPLATE, "Outputs": {"ApiUrl": STACK_TEMPLATE["Outputs"]["ApiUrl"]}}  # type: ignore[index]
+    with mock_aws():
+        boto3.client("cloudformation", region_name="us-east-1").create_stack(
+            StackName="old", TemplateBody=json.dumps(template)
+        )
+        with pytest.raises(TargetError, match="no output QueueUrl, DeadLetterQueueUrl, TableName"):
+            load_stack_target("old", "us-east-1")
+        with pytest.raises(TargetError, match="check the stack name"):
+            load_stack_target("missing", "us-east-1")
+
+
+def test_targets_deployed_stack_needs_a_token():
+    with mock_aws():
+        boto3.client("cloudformation", region_name="us-east-1").create_stack(
+            StackName="agent-jobs", TemplateBody=json.dumps(STACK_TEMPLATE)
+        )
+        result = CliRunner().invoke(
+            app,
+            ["--stack-name", "agent-jobs", "--region", "us-east-1", "status", "job", "j"],
+            env={"AGENT_JOBS_TOKEN": None},
+        )
+    assert result.exit_code == 1
+    assert "pass --token or set AGENT_JOBS_TOKEN" in result.stderr
+
+
+def test_targets_connection_file_written_by_the_runtime_is_read_back(tmp_path: Path):
+    from agent_jobs_local.runtime import LocalRuntime
+
+    with LocalRuntime(workspaces_root=tmp_path / "ws") as runtime:
+        path = runtime.write_connection_file(tmp_path / ".agent-jobs" / "local.json")
+        expected = (runtime.api_url, runtime.endpoint_url, runtime.resources.queue_url, runtime.resources.dlq_url)
+        table = runtime.resources.table_name
+
+    target = load_local_target(path)
+    assert (target.api_url, target.endpoint_url, target.queue_url, target.dlq_url) == expected
+    assert target.table_name == table
+    assert target.local
+
+
+def test_targets_broken_connection_file_says_to_restart_the_runtime(tmp_path: Path):
+    path = tmp_path / "local.json"
+    path.write_text(json.dumps({"apiUrl": "http://127.0.0.1:3000"}))
+    with pytest.raises(
+        TargetError, match=r"lacks region, tableName, queueUrl, deadLetterQueueUrl; restart `make local`"
+    ):
+        load_local_target(path)
