@@ -181,13 +181,14 @@ class BatchWorker:
             )
         return job_context
 
-    def _parse_or_reject(self, record: SQSRecord) -> JobMessage | None:
+    def _parse_or_reject(self, record: SQSRecord, *, resolve_payload_ref: bool = True) -> JobMessage | None:
         group = record.attributes.message_group_id or ""
         group_workspace = workspace_id_from_group(group)
         try:
             message = JobMessage.model_validate_json(record.body)
             try:
-                message = resolve_payload(message, self.services.payloads)
+                if resolve_payload_ref:  # parking needs only the pointer; running needs the payload
+                    message = resolve_payload(message, self.services.payloads)
             except PayloadUnavailableError as unavailable:
                 # Not a bad message: the job is claimed as usual (so a duplicate is still a duplicate and a halted
                 # workspace still parks it), then ends DEAD without running, its reason saying what to do.
@@ -259,7 +260,8 @@ class BatchWorker:
             if record.message_id not in failures or int(record.attributes.approximate_receive_count) < limit:
                 continue
             try:
-                message = self._parse_or_reject(record)
+                # Not resolved: a pointer whose object S3 keeps refusing must still be parked, not dead-lettered.
+                message = self._parse_or_reject(record, resolve_payload_ref=False)
                 if message is None:
                     parked.add(record.message_id)  # rejected and halted: acknowledged
                     continue

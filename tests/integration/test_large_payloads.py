@@ -218,6 +218,29 @@ def test_worker_retries_a_pointer_when_s3_is_unavailable(stack, make_worker, wor
     assert stack.queue_depth() == 1
 
 
+def test_worker_parks_a_pointer_s3_keeps_refusing_on_its_last_delivery(stack, make_worker, workspaces, lambda_context):
+    # Given a large job S3 refuses to serve (throttling, or a policy that denies the worker), on its last delivery
+    enqueue(stack, large_job("big-1"), make_job("after-1"))
+    event = stack.receive()
+    for record in event["Records"]:
+        record["attributes"]["ApproximateReceiveCount"] = str(stack.settings.max_receive_count)
+
+    def refused(**_: Any) -> Any:
+        raise ClientError({"Error": {"Code": "AccessDenied", "Message": "denied"}}, "GetObject")
+
+    stack.services.payloads.client.get_object = refused
+
+    response = make_worker(stack).handle(event, lambda_context())
+
+    # Then it is not left for the queue to dead-letter (the next job would run without it): parked, workspace halted
+    assert _failed(response) == []
+    assert stack.job("big-1")["status"] == JobStatus.PARKED
+    assert json.loads(stack.job("big-1")["body"])["payloadRef"]
+    assert stack.job("after-1")["status"] == JobStatus.PARKED
+    assert stack.workspace("ws-a")["state"] == WorkspaceState.HALTED
+    assert workspaces.commits("ws-a") == []
+
+
 def deliver_event(stack: Stack, worker: Any, event: dict[str, Any], lambda_context: Any) -> list[str]:
     response = worker.handle(event, lambda_context())
     stack.settle(event, response)
