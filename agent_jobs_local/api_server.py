@@ -16,7 +16,8 @@ http {method, path, protocol, sourceIp, userAgent}, requestId, routeKey, stage `
 Answers: a response object (statusCode, headers, multiValueHeaders, cookies as Set-Cookie, body, isBase64Encoded) is
 written as is; a response without statusCode is API Gateway's inferred format (200, JSON body); a handler that raises,
 runs past the function's Timeout or answers something unusable gives 500 `{"message":"Internal Server Error"}`; a
-request no route matches gives 404 `{"message":"Not Found"}`.
+request no route matches gives 404 `{"message":"Not Found"}`; a body above HTTP API's 10 MB payload quota gives 413
+`{"message":"Request Entity Too Large"}` without invoking the handler.
 
 Invocations run one at a time, as in one Lambda execution environment (the handler module's state, Powertools'
 resolver included, is not made for concurrent invocations); HTTP connections are served concurrently.
@@ -64,6 +65,9 @@ _TEXT_MEDIA_TYPES: Final = frozenset(
 )
 _NOT_FOUND: Final = (HTTPStatus.NOT_FOUND, {"message": "Not Found"})
 _INTERNAL_ERROR: Final = (HTTPStatus.INTERNAL_SERVER_ERROR, {"message": "Internal Server Error"})
+_TOO_LARGE: Final = (HTTPStatus.REQUEST_ENTITY_TOO_LARGE, {"message": "Request Entity Too Large"})
+MAX_PAYLOAD_BYTES: Final = 10 * 1024 * 1024
+"""API Gateway HTTP API's payload quota (10 MB, not adjustable): a larger request never reaches the function."""
 # Hop-by-hop headers (RFC 9110 7.6.1) end at API Gateway; they never reach the integration.
 _HOP_BY_HOP_HEADERS: Final = frozenset(
     {"connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade"}
@@ -421,7 +425,10 @@ class LocalApiServer:
                 body = self._read_body()
                 split = urlsplit(self.path)
                 matched = api.route(self.command, split.path or "/")
-                if matched is None:
+                if len(body) > MAX_PAYLOAD_BYTES:
+                    answer = _json_answer(_TOO_LARGE)
+                    request_id = _request_id()
+                elif matched is None:
                     answer = _json_answer(_NOT_FOUND)
                     request_id = _request_id()
                 else:
@@ -477,6 +484,7 @@ class LocalApiServer:
 
 __all__ = [
     "DEFAULT_ROUTE",
+    "MAX_PAYLOAD_BYTES",
     "ApiRouteError",
     "AuthorizerClaims",
     "HttpRoute",

@@ -23,6 +23,7 @@ import yaml
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.client import DynamoDBClient
+    from mypy_boto3_s3.client import S3Client
     from mypy_boto3_sqs.client import SQSClient
     from mypy_boto3_sts.client import STSClient
 
@@ -742,6 +743,92 @@ class TemplateModel:
             result["RecoveryPeriodInDays"] = _as_int(spec["RecoveryPeriodInDays"], "RecoveryPeriodInDays")
         return result
 
+    # Bucket -----------------------------------------------------------------------------------------------------
+
+    @property
+    def payload_bucket_id(self) -> str | None:
+        """The template's S3 bucket (large payloads), if it has one."""
+        buckets = self.resources_of_type("AWS::S3::Bucket")
+        if len(buckets) > 1:
+            raise TemplateError(f"several AWS::S3::Bucket resources {buckets}: expected at most one")
+        return buckets[0] if buckets else None
+
+    def bucket_name(self, bucket_id: str) -> str:
+        """BucketName resolved for this stack; without one, a stable lower-case `<stack>-<id>` name (CloudFormation
+        would add a random suffix), within S3's 63 characters."""
+        properties = self.resource(bucket_id, "AWS::S3::Bucket").get("Properties") or {}
+        if "BucketName" in properties:
+            return str(self.resolve(properties["BucketName"]))
+        name = re.sub(r"[^a-z0-9.-]+", "-", f"{self.stack_name}-{bucket_id}".lower()).strip("-.")
+        return name[:63].rstrip("-.")
+
+    def bucket_configuration(self, bucket_id: str) -> dict[str, Any]:
+        """The bucket's properties as the S3 API calls' arguments: `ServerSideEncryptionConfiguration`,
+        `PublicAccessBlockConfiguration`, `OwnershipControls` and `LifecycleConfiguration` (CloudFormation's
+        lifecycle shape translated: ExpirationInDays -> Expiration.Days, Prefix -> Filter.Prefix)."""
+        properties = self.resolve(self.resource(bucket_id, "AWS::S3::Bucket").get("Properties") or {})
+        unknown = sorted(set(properties) - _BUCKET_PROPERTIES)
+        if unknown:
+            raise TemplateError(f"{bucket_id}: provisioning does not know {', '.join(unknown)}")
+        configuration: dict[str, Any] = {}
+        if "BucketEncryption" in properties:
+            # CloudFormation's ServerSideEncryptionByDefault is the API's ApplyServerSideEncryptionByDefault.
+            rules = [
+                {
+                    ("ApplyServerSideEncryptionByDefault" if k == "ServerSideEncryptionByDefault" else k): v
+                    for k, v in rule.items()
+                }
+                for rule in properties["BucketEncryption"]["ServerSideEncryptionConfiguration"]
+            ]
+            configuration["ServerSideEncryptionConfiguration"] = {"Rules": rules}
+        if "PublicAccessBlockConfiguration" in properties:
+            configuration["PublicAccessBlockConfiguration"] = {
+                name: _as_bool(value, name) for name, value in properties["PublicAccessBlockConfiguration"].items()
+            }
+        if "OwnershipControls" in properties:
+            configuration["OwnershipControls"] = properties["OwnershipControls"]
+        if "LifecycleConfiguration" in properties:
+            configuration["LifecycleConfiguration"] = {
+                "Rules": [_lifecycle_rule(rule) for rule in properties["LifecycleConfiguration"]["Rules"]]
+            }
+        return configuration
+
+    def bucket_policy(self, bucket_id: str, references: References) -> dict[str, Any] | None:
+        """The PolicyDocument of the AWS::S3::BucketPolicy on `bucket_id`, resolved, for a local emulator: without the
+        statements that deny requests without TLS (an emulator on loopback speaks plain HTTP, so they would deny
+        everything; tests assert them on the template). None when nothing is left."""
+        for policy_id in self.resources_of_type("AWS::S3::BucketPolicy"):
+            properties = self.properties(policy_id)
+            if get_att_resource(properties.get("Bucket")) == bucket_id:
+                document: dict[str, Any] = self.resolve(properties["PolicyDocument"], references)
+                statements = [s for s in document.get("Statement", []) if not _denies_plain_http(s)]
+                return {**document, "Statement": statements} if statements else None
+        return None
+
+
+_BUCKET_PROPERTIES: Final = frozenset(
+    {"BucketName", "BucketEncryption", "PublicAccessBlockConfiguration", "OwnershipControls", "LifecycleConfiguration"}
+)
+
+
+def _denies_plain_http(statement: Mapping[str, Any]) -> bool:
+    secure = (statement.get("Condition") or {}).get("Bool", {}).get("aws:SecureTransport")
+    return statement.get("Effect") == "Deny" and str(secure).lower() == "false"
+
+
+def _lifecycle_rule(rule: Mapping[str, Any]) -> dict[str, Any]:
+    translated: dict[str, Any] = {
+        "ID": rule["Id"],
+        "Status": rule["Status"],
+        "Filter": {"Prefix": rule.get("Prefix", "")},
+    }
+    if "ExpirationInDays" in rule:
+        translated["Expiration"] = {"Days": _as_int(rule["ExpirationInDays"], "ExpirationInDays")}
+    if "AbortIncompleteMultipartUpload" in rule:
+        days = _as_int(rule["AbortIncompleteMultipartUpload"]["DaysAfterInitiation"], "DaysAfterInitiation")
+        translated["AbortIncompleteMultipartUpload"] = {"DaysAfterInitiation": days}
+    return translated
+
 
 # --- Provisioning --------------------------------------------------------------------------------------------------
 
@@ -753,6 +840,7 @@ class AwsClients:
     sqs: SQSClient
     dynamodb: DynamoDBClient
     sts: STSClient | None = None
+    s3: S3Client | None = None  # needed when the template has a bucket
 
     @classmethod
     def from_session(cls, session: boto3.session.Session, *, endpoint_url: str | None = None) -> AwsClients:
@@ -761,6 +849,7 @@ class AwsClients:
             sqs=session.client("sqs", endpoint_url=endpoint_url),
             dynamodb=session.client("dynamodb", endpoint_url=endpoint_url),
             sts=session.client("sts", endpoint_url=endpoint_url),
+            s3=session.client("s3", endpoint_url=endpoint_url),
         )
 
 
@@ -780,6 +869,7 @@ class ProvisionedResources:
     region: str
     account_id: str
     references: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    payload_bucket: str | None = None
 
 
 def _queue_arn(sqs: SQSClient, queue_url: str) -> str:
@@ -823,6 +913,36 @@ def _create_table(dynamodb: DynamoDBClient, model: TemplateModel) -> tuple[str, 
     return name, arn
 
 
+def _create_bucket(s3: S3Client, model: TemplateModel, bucket_id: str, references: References) -> str:
+    name = model.bucket_name(bucket_id)
+    region = s3.meta.region_name
+    # Provisioned before (a long-lived moto server): keep it.
+    with contextlib.suppress(s3.exceptions.BucketAlreadyOwnedByYou):
+        if region in (None, "us-east-1"):
+            s3.create_bucket(Bucket=name)
+        else:
+            s3.create_bucket(Bucket=name, CreateBucketConfiguration={"LocationConstraint": region})  # type: ignore[typeddict-item]
+    configuration = model.bucket_configuration(bucket_id)
+    if "ServerSideEncryptionConfiguration" in configuration:
+        s3.put_bucket_encryption(
+            Bucket=name, ServerSideEncryptionConfiguration=configuration["ServerSideEncryptionConfiguration"]
+        )
+    if "PublicAccessBlockConfiguration" in configuration:
+        s3.put_public_access_block(
+            Bucket=name, PublicAccessBlockConfiguration=configuration["PublicAccessBlockConfiguration"]
+        )
+    if "OwnershipControls" in configuration:
+        s3.put_bucket_ownership_controls(Bucket=name, OwnershipControls=configuration["OwnershipControls"])
+    if "LifecycleConfiguration" in configuration:
+        s3.put_bucket_lifecycle_configuration(
+            Bucket=name, LifecycleConfiguration=configuration["LifecycleConfiguration"]
+        )
+    policy = model.bucket_policy(bucket_id, references)
+    if policy is not None:
+        s3.put_bucket_policy(Bucket=name, Policy=json.dumps(policy))
+    return name
+
+
 def provision(
     aws: boto3.session.Session | AwsClients,
     template: TemplateModel | Mapping[str, Any] | None = None,
@@ -830,8 +950,9 @@ def provision(
     *,
     parameter_overrides: Mapping[str, object] | None = None,
 ) -> ProvisionedResources:
-    """Create the template's dead-letter queue, jobs queue (redrive to it) and table, from the template's own
-    properties: every queue attribute and table setting is passed, nothing is kept here by hand.
+    """Create the template's dead-letter queue, jobs queue (redrive to it), table and payload bucket (encryption,
+    public access block, ownership, lifecycle and bucket policy), from the template's own properties: every queue
+    attribute, table and bucket setting is passed, nothing is kept here by hand.
 
     `template` is a loaded template (default: the repository's template.yaml) or a `TemplateModel`; a model brings its
     own stack name and parameters, so `stack_name`/`parameter_overrides` must then be left out. The account and region
@@ -877,6 +998,14 @@ def provision(
     table_name, table_arn = _create_table(clients.dynamodb, model)
     references[table_id] = {"Ref": table_name, "Arn": table_arn}
 
+    bucket_id, bucket_name = model.payload_bucket_id, None
+    if bucket_id is not None:
+        if clients.s3 is None:
+            raise TemplateError(f"the template has the bucket {bucket_id}: pass AwsClients with an S3 client")
+        bucket_name = model.bucket_name(bucket_id)
+        references[bucket_id] = {"Ref": bucket_name, "Arn": f"arn:{model.partition}:s3:::{bucket_name}"}
+        _create_bucket(clients.s3, model, bucket_id, references)
+
     return ProvisionedResources(
         queue_url=queue_url,
         queue_arn=queue_arn,
@@ -889,6 +1018,7 @@ def provision(
         region=region,
         account_id=account_id,
         references=references,
+        payload_bucket=bucket_name,
     )
 
 

@@ -342,7 +342,15 @@ def enqueue(stack: Stack, *jobs: Any, tenant_id: str = "tenant-1") -> list[Any]:
     from agent_jobs.producer import enqueue_job
 
     return [
-        enqueue_job(job, tenant_id, guard=stack.guard, sqs=stack.services.sqs, queue_url=stack.queue_url)
+        enqueue_job(
+            job,
+            tenant_id,
+            guard=stack.guard,
+            sqs=stack.services.sqs,
+            queue_url=stack.queue_url,
+            payloads=stack.services.payloads,
+            inline_limit_bytes=stack.settings.inline_message_limit_bytes,
+        )
         for job in jobs
     ]
 

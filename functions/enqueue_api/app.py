@@ -57,7 +57,7 @@ from agent_jobs.models import (
     WorkspaceState,
     job_request_adapter,
 )
-from agent_jobs.producer import JobConflictError, enqueue_job
+from agent_jobs.producer import JobConflictError, PayloadTooLargeError, enqueue_job
 from agent_jobs.services import Services, build_services
 from agent_jobs.settings import Settings
 from agent_jobs.workspaces import WorkspaceOwnedElsewhereError, WorkspaceRegistry, WorkspaceStatus
@@ -70,8 +70,12 @@ app = APIGatewayHttpResolver()
 TENANT_CLAIM: Final = "tenant_id"
 # Operator actions (resume, skip) need this scope in the token, for the caller's own tenant only.
 OPERATOR_SCOPE: Final = "agent-jobs/operator"
-# Room for jobId, workspaceId, type and the JSON around the payload, on top of MAX_PAYLOAD_BYTES.
-ENVELOPE_ALLOWANCE_BYTES: Final = 4096
+# Why the request limit is what it is, for the 413: API Gateway's HTTP API accepts 10 MB, but it hands the request to
+# the function as a synchronous invocation, whose event (the body JSON-escaped inside it) is capped at 6 MB.
+REQUEST_LIMIT_REASON: Final = (
+    "a request reaches this API's function as a synchronous Lambda invocation, whose event is capped at 6 MB "
+    "(the body, escaped, inside it), below API Gateway's own 10 MB"
+)
 JSON_MEDIA_TYPE: Final = "application/json"
 PUBLIC_JOB_FIELDS: Final = (
     "jobId",
@@ -201,18 +205,27 @@ def _is_valid_tenant(tenant: str) -> bool:
 
 
 def body_limit_bytes(settings: Settings) -> int:
-    return settings.max_payload_bytes + ENVELOPE_ALLOWANCE_BYTES
+    """The largest request body: MAX_REQUEST_BYTES; without a payload bucket, what fits in one queue message."""
+    if settings.payload_bucket:
+        return settings.max_request_bytes
+    return min(settings.max_request_bytes, settings.inline_message_limit_bytes)
+
+
+def _too_large_advice(settings: Settings) -> str:
+    if not settings.payload_bucket:
+        return (
+            "(INLINE_MESSAGE_LIMIT_BYTES: without a payload bucket, PAYLOAD_BUCKET, a job must fit in one queue "
+            "message); send a smaller payload or configure a payload bucket"
+        )
+    return (
+        f"(MAX_REQUEST_BYTES) because {REQUEST_LIMIT_REASON}; send a smaller payload: split a large patch into "
+        "several apply_patch jobs (they run in order), or leave generated files out of it"
+    )
 
 
 def parse_job_request(event: APIGatewayProxyEventV2, settings: Settings) -> Job:
     """The job in the request body, or RequestRefused (415, 413, 400 or 422) naming what to fix."""
-    document = _json_object_body(
-        event,
-        settings,
-        shape=f"a job: {_JOB_SHAPE}",
-        too_large=f"(MAX_PAYLOAD_BYTES={settings.max_payload_bytes} for the payload plus {ENVELOPE_ALLOWANCE_BYTES} "
-        "for the job's other fields); store large content elsewhere and send a smaller payload",
-    )
+    document = _json_object_body(event, settings, shape=f"a job: {_JOB_SHAPE}", too_large=_too_large_advice(settings))
     return _validate_job(document)
 
 
@@ -424,7 +437,17 @@ def submit_job() -> Response[Any]:
     logger.append_keys(job_id=job.job_id, workspace_id=job.workspace_id, tenant_id=tenant, job_type=str(job.type))
     tracer.put_annotation("jobId", job.job_id)
     try:
-        result = enqueue_job(job, tenant, guard=svc.guard, sqs=svc.sqs, queue_url=svc.settings.queue_url)
+        result = enqueue_job(
+            job,
+            tenant,
+            guard=svc.guard,
+            sqs=svc.sqs,
+            queue_url=svc.settings.queue_url,
+            payloads=svc.payloads,
+            inline_limit_bytes=svc.settings.inline_message_limit_bytes,
+        )
+    except PayloadTooLargeError as too_large:
+        raise RequestRefused(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, str(too_large)) from None
     except JobConflictError as conflict:
         logger.info("jobId already taken by another job")
         metrics.add_metric(name="JobsConflict", unit=MetricUnit.Count, value=1)

@@ -23,11 +23,13 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.batch import SqsFifoPartialProcessor, process_partial_response
 from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import ValidationError
 
 from agent_jobs.guard import ClaimOutcome, FailOutcome
 from agent_jobs.keys import workspace_group_id, workspace_id_from_group
-from agent_jobs.models import ID_PATTERN, JobMessage, JobType, payload_hash
+from agent_jobs.models import ID_PATTERN, JobMessage, JobType, PayloadUnavailableError, payload_hash
+from agent_jobs.payloads import resolve_payload
 from agent_jobs.services import Services
 from jobs import run_job
 from jobs.context import JobContext
@@ -164,7 +166,7 @@ class BatchWorker:
         started = time.monotonic()
         try:
             result = run_job(message.request(), self._job_context(message.workspace_id, context))
-        except PermanentJobError as error:
+        except (PermanentJobError, PayloadUnavailableError) as error:
             if guard.fail(lease, str(error), permanent=True) is FailOutcome.DEAD:
                 self.logger.error("job failed permanently: DEAD, workspace halted", extra={"error": str(error)})
                 self._count("JobsDead", job_type)
@@ -209,20 +211,28 @@ class BatchWorker:
             )
         return job_context
 
-    def _parse_or_reject(self, record: SQSRecord) -> JobMessage | None:
+    def _parse_or_reject(self, record: SQSRecord, *, resolve_payload_ref: bool = True) -> JobMessage | None:
         group = record.attributes.message_group_id or ""
         group_workspace = workspace_id_from_group(group)
         try:
             message = JobMessage.model_validate_json(record.body)
-            request = message.request()
+            try:
+                if resolve_payload_ref:  # parking needs only the pointer; running needs the payload
+                    message = resolve_payload(message, self.services.payloads)
+            except PayloadUnavailableError as unavailable:
+                # Not a bad message: the job is claimed as usual (so a duplicate is still a duplicate and a halted
+                # workspace still parks it), then ends DEAD without running, its reason saying what to do.
+                self.logger.error("payload object unavailable", extra={"reason": str(unavailable)})
             problems = []
             if group != workspace_group_id(message.workspace_id):
                 # Two groups feeding one workspace would let two of its jobs run at once.
                 problems.append(f"message group {group!r} is not workspace {message.workspace_id!r}'s group")
-            if payload_hash(request) != message.payload_hash:
+            if message.payload is not None and payload_hash(message.request()) != message.payload_hash:
                 problems.append("payloadHash does not match the payload")
             if problems:
                 raise ValueError("; ".join(problems))
+        except (BotoCoreError, ClientError) as error:  # S3 unreachable or throttled: nothing decided, retry later
+            raise RetryLaterError(f"payload object not readable: {error}", self._backoff_seconds(record)) from error
         except Exception as error:  # anything that cannot be parsed is rejected, never retried until dead-lettered
             reason = _describe(error)
             job_id = _job_id_if_any(record.body)
@@ -284,7 +294,8 @@ class BatchWorker:
             if record.message_id not in failures or int(record.attributes.approximate_receive_count) < limit:
                 continue
             try:
-                message = self._parse_or_reject(record)
+                # Not resolved: a pointer whose object S3 keeps refusing must still be parked, not dead-lettered.
+                message = self._parse_or_reject(record, resolve_payload_ref=False)
                 if message is None:
                     parked.add(record.message_id)  # rejected and halted: acknowledged
                     continue

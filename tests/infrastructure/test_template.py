@@ -251,6 +251,7 @@ def test_policies_grant_what_each_function_needs(template: Template) -> None:
         "dynamodb:UpdateItem",
         "dynamodb:GetItem",
         "sqs:SendMessage",
+        "s3:PutObject",
     }
     assert actions("JobWorkerFunction") == {
         "dynamodb:UpdateItem",
@@ -265,12 +266,65 @@ def test_policies_grant_what_each_function_needs(template: Template) -> None:
         "sqs:SendMessage",
         "ssm:GetParameter",
         "secretsmanager:GetSecretValue",
+        "s3:GetObject",
+        "s3:ListBucket",
     }
     # workspace tokens: only under the configured prefix, never every parameter or secret of the account
     token_resources = next(s for s in _statements(template, "JobWorkerFunction") if s.get("Sid") == "WorkspaceTokens")
     assert all("${WorkspaceTokenPrefix}/*" in resource["Fn::Sub"] for resource in token_resources["Resource"])
     worker_table_resources = _statements(template, "JobWorkerFunction")[0]["Resource"]
     assert {"Fn::Sub": "${JobsTable.Arn}/index/*"} in worker_table_resources
+
+
+def test_payload_objects_are_written_by_the_producer_and_read_by_the_worker_only_under_their_prefix(
+    template: Template,
+) -> None:
+    def statement(function_id: str, sid: str) -> dict[str, Any]:
+        return next(s for s in _statements(template, function_id) if s.get("Sid") == sid)
+
+    assert statement("EnqueueApiFunction", "StoreLargePayloads")["Resource"] == {
+        "Fn::Sub": "${PayloadBucket.Arn}/payloads/*"
+    }
+    assert statement("JobWorkerFunction", "ReadLargePayloads")["Resource"] == {
+        "Fn::Sub": "${PayloadBucket.Arn}/payloads/*"
+    }
+    # Listing only the bucket itself (so a missing object is a 404), never another bucket's objects.
+    assert statement("JobWorkerFunction", "TellMissingPayloads")["Resource"] == {"Fn::GetAtt": ["PayloadBucket", "Arn"]}
+
+
+def test_payload_bucket_is_private_encrypted_and_expires_payloads(model: TemplateModel, template: Template) -> None:
+    bucket = template["Resources"]["PayloadBucket"]
+    properties = model.resolve(bucket["Properties"])
+    assert properties["BucketEncryption"]["ServerSideEncryptionConfiguration"] == [
+        {"ServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256"}}
+    ]
+    assert all(properties["PublicAccessBlockConfiguration"].values())
+    assert len(properties["PublicAccessBlockConfiguration"]) == 4
+    assert properties["OwnershipControls"] == {"Rules": [{"ObjectOwnership": "BucketOwnerEnforced"}]}
+    rules = {rule["Id"]: rule for rule in properties["LifecycleConfiguration"]["Rules"]}
+    assert rules["ExpirePayloads"]["Prefix"] == "payloads/"
+    assert rules["AbortIncompleteUploads"]["AbortIncompleteMultipartUpload"] == {"DaysAfterInitiation": 1}
+    # Payloads outlive their job records and the queue's longest retention (14 days) by default.
+    retention = int(rules["ExpirePayloads"]["ExpirationInDays"])
+    assert retention >= int(model.resolve({"Ref": "JobTtlDays"})) + 14
+    assert bucket["DeletionPolicy"] == bucket["UpdateReplacePolicy"] == "Retain"
+    skipped = {entry["id"] for entry in bucket["Metadata"]["checkov"]["skip"]}
+    assert skipped == {"CKV_AWS_145", "CKV_AWS_18", "CKV_AWS_21", "CKV_AWS_144", "CKV2_AWS_62"}
+    assert all(len(entry["comment"]) > 40 for entry in bucket["Metadata"]["checkov"]["skip"])
+
+
+def test_payload_bucket_refuses_requests_without_tls(template: Template) -> None:
+    (statement,) = template["Resources"]["PayloadBucketPolicy"]["Properties"]["PolicyDocument"]["Statement"]
+    assert (statement["Effect"], statement["Principal"], statement["Action"]) == ("Deny", "*", "s3:*")
+    assert statement["Condition"] == {"Bool": {"aws:SecureTransport": False}}
+    assert {"Fn::Sub": "${PayloadBucket.Arn}/*"} in statement["Resource"]
+    assert {"Fn::GetAtt": ["PayloadBucket", "Arn"]} in statement["Resource"]
+
+
+def test_functions_know_the_payload_bucket_and_its_retention(template: Template) -> None:
+    variables = template["Globals"]["Function"]["Environment"]["Variables"]
+    assert variables["PAYLOAD_BUCKET"] == {"Ref": "PayloadBucket"}
+    assert variables["PAYLOAD_RETENTION_DAYS"] == {"Ref": "PayloadRetentionDays"}
 
 
 def test_alarms_watch_dead_letter_depth_and_oldest_message_age(model: TemplateModel) -> None:
@@ -575,9 +629,28 @@ def _assert_matches_template(session: boto3.Session, model: TemplateModel) -> No
     backups = dynamodb.describe_continuous_backups(TableName=resources.table_name)["ContinuousBackupsDescription"]
     assert backups["PointInTimeRecoveryDescription"]["PointInTimeRecoveryStatus"] == "ENABLED"
 
+    # Bucket: encryption, public access block, ownership, lifecycle and the TLS-only policy, as S3 reports them back.
+    s3 = session.client("s3")
+    bucket = resources.payload_bucket
+    assert bucket is not None
+    expected_bucket = model.bucket_configuration("PayloadBucket")
+    encryption = s3.get_bucket_encryption(Bucket=bucket)["ServerSideEncryptionConfiguration"]
+    assert encryption["Rules"][0]["ApplyServerSideEncryptionByDefault"]["SSEAlgorithm"] == "AES256"
+    block = s3.get_public_access_block(Bucket=bucket)["PublicAccessBlockConfiguration"]
+    assert block == expected_bucket["PublicAccessBlockConfiguration"]
+    ownership = s3.get_bucket_ownership_controls(Bucket=bucket)["OwnershipControls"]
+    assert ownership == expected_bucket["OwnershipControls"]
+    lifecycle = {rule["ID"]: rule for rule in s3.get_bucket_lifecycle_configuration(Bucket=bucket)["Rules"]}
+    assert lifecycle["ExpirePayloads"]["Expiration"]["Days"] == 90
+    assert lifecycle["ExpirePayloads"]["Filter"]["Prefix"] == "payloads/"
+    assert lifecycle["AbortIncompleteUploads"]["AbortIncompleteMultipartUpload"]["DaysAfterInitiation"] == 1
+    # The TLS-only statement is the policy's only one, and a loopback emulator speaks plain HTTP: not applied here.
+    assert model.bucket_policy("PayloadBucket", resources.references) is None
+
     # The functions' environment points at what was created.
     environment = model.worker_environment(resources.references)
     assert (environment["TABLE_NAME"], environment["QUEUE_URL"]) == (resources.table_name, resources.queue_url)
+    assert environment["PAYLOAD_BUCKET"] == bucket
 
 
 def test_provision_creates_resources_matching_the_template_in_moto(model: TemplateModel) -> None:

@@ -226,18 +226,24 @@ def test_submit_job_without_claims_is_refused_when_open_access_is_off(
     assert api.items() == []
 
 
-def test_submit_job_accepts_a_payload_of_the_configured_maximum(api: Api) -> None:
-    # Given a patch that makes the payload exactly MAX_PAYLOAD_BYTES long
-    limit = api.stack.settings.max_payload_bytes
-    empty = len(json.dumps({"patch": "", "commitMessage": "big"}))
+def test_submit_job_accepts_a_body_of_the_configured_maximum_and_sends_a_pointer(api: Api) -> None:
+    # Given a patch that makes the request body exactly MAX_REQUEST_BYTES long
+    limit = app.body_limit_bytes(api.stack.settings)
+    assert limit == api.stack.settings.max_request_bytes
+    empty = len(json.dumps(job_body("job-big", payload={"patch": "", "commitMessage": "big"})))
     body = job_body("job-big", payload={"patch": "x" * (limit - empty), "commitMessage": "big"})
-    assert len(json.dumps(body["payload"])) == limit
+    assert len(json.dumps(body)) == limit
 
     response = api.post(body)
 
+    # Then the payload is an object in the bucket and the message a pointer to it
     assert response.status == 202
     (record,) = api.stack.receive()["Records"]
-    assert len(JobMessage.model_validate_json(record["body"]).payload["patch"]) == limit - empty
+    message = JobMessage.model_validate_json(record["body"])
+    assert message.payload is None
+    assert message.payload_ref is not None
+    assert message.payload_ref.bucket == api.stack.settings.payload_bucket
+    assert len(record["body"]) < 1024
 
 
 def test_submit_job_accepts_a_base64_encoded_body(api: Api) -> None:
@@ -397,8 +403,8 @@ def test_submit_job_refuses_bad_input_without_side_effects(
     api: Api, request_kwargs: dict[str, Any], status: int, fields: dict[str, str]
 ) -> None:
     if request_kwargs.get("body") is OVERSIZE:
-        limit = api.stack.settings.max_payload_bytes
-        request_kwargs = {"body": job_body(payload={"patch": "x" * (limit + 4096), "commitMessage": "m"})}
+        limit = app.body_limit_bytes(api.stack.settings)
+        request_kwargs = {"body": job_body(payload={"patch": "x" * limit, "commitMessage": "m"})}
 
     response = api.post(**request_kwargs)
 
@@ -412,14 +418,34 @@ def test_submit_job_refuses_bad_input_without_side_effects(
     assert api.items() == []
 
 
-def test_submit_job_oversize_message_names_the_limit_and_the_setting(api: Api) -> None:
-    limit = api.stack.settings.max_payload_bytes
+def test_submit_job_oversize_message_names_the_limit_why_and_what_to_do(api: Api) -> None:
+    limit = api.stack.settings.max_request_bytes
 
-    response = api.post(job_body(payload={"patch": "x" * (limit + 4096), "commitMessage": "m"}))
+    response = api.post(job_body(payload={"patch": "x" * limit, "commitMessage": "m"}))
 
     assert response.status == 413
-    assert "MAX_PAYLOAD_BYTES" in response.body["message"]
-    assert str(limit + app.ENVELOPE_ALLOWANCE_BYTES) in response.body["message"]
+    message = response.body["message"]
+    assert f"the limit is {limit} bytes (MAX_REQUEST_BYTES)" in message
+    assert "synchronous Lambda invocation" in message  # why
+    assert "6 MB" in message
+    assert "split a large patch into several apply_patch jobs" in message  # what to do
+    assert api.stack.queue_depth() == 0
+    assert api.items() == []
+
+
+def test_submit_job_without_a_payload_bucket_limits_bodies_to_one_queue_message(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a producer without PAYLOAD_BUCKET
+    use_environment(monkeypatch, {"PAYLOAD_BUCKET": ""})
+    limit = api.stack.settings.inline_message_limit_bytes
+
+    response = api.post(job_body(payload={"patch": "x" * limit, "commitMessage": "m"}))
+
+    assert response.status == 413
+    assert f"the limit is {limit} bytes (INLINE_MESSAGE_LIMIT_BYTES" in response.body["message"]
+    assert "configure a payload bucket" in response.body["message"]
+    assert api.stack.queue_depth() == 0
 
 
 def test_submit_job_unknown_type_lists_the_allowed_types(api: Api) -> None:

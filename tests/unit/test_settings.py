@@ -24,3 +24,20 @@ def test_settings_name_a_missing_variable(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.delenv("QUEUE_URL", raising=False)
     with pytest.raises(ValidationError, match="table_name"):
         Settings()
+
+
+def test_settings_refuse_payloads_that_expire_before_their_jobs_can_be_delivered():
+    with pytest.raises(
+        ValidationError, match=r"PAYLOAD_RETENTION_DAYS \(43\) must be at least JOB_TTL_DAYS \(30\) \+ 14"
+    ):
+        Settings(table_name="t", queue_url="q", job_ttl_days=30, payload_retention_days=43)
+    assert Settings(table_name="t", queue_url="q", job_ttl_days=30, payload_retention_days=44).payload_retention_days
+
+
+def test_settings_keep_inline_messages_below_the_stored_body_limit():
+    from agent_jobs.guard import MAX_STORED_BODY_CHARS
+
+    default = Settings(table_name="t", queue_url="q").inline_message_limit_bytes
+    assert default <= MAX_STORED_BODY_CHARS // 2
+    with pytest.raises(ValidationError, match="inline_message_limit_bytes"):
+        Settings(table_name="t", queue_url="q", inline_message_limit_bytes=MAX_STORED_BODY_CHARS)

@@ -10,7 +10,17 @@ from enum import StrEnum
 from typing import Annotated, Any, Literal
 from urllib.parse import SplitResult, urlsplit
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    TypeAdapter,
+    ValidationError,
+    model_serializer,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
@@ -96,21 +106,86 @@ JobRequest = Annotated[ApplyPatchJob | RunTestsJob | OpenPrJob, Field(discrimina
 job_request_adapter: TypeAdapter[ApplyPatchJob | RunTestsJob | OpenPrJob] = TypeAdapter(JobRequest)
 
 
+Sha256Hex = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+
+
+class PayloadRef(_Model):
+    """Where a payload too large for a queue message is stored: an S3 object holding the job's canonical document
+    (`canonical_job_document`), so its sha256 is the job's payload hash."""
+
+    bucket: Annotated[str, Field(min_length=3, max_length=63)]
+    key: Annotated[str, Field(min_length=1, max_length=1024)]
+    size: Annotated[int, Field(ge=0)]
+    sha256: Sha256Hex
+
+    @property
+    def url(self) -> str:
+        return f"s3://{self.bucket}/{self.key}"
+
+
+class PayloadUnavailableError(Exception):
+    """A message's payload object is missing or is not the payload its job was accepted with: the job cannot run."""
+
+
 class JobMessage(_Model):
-    """The body of a queue message: the request plus the tenant the producer verified and the payload hash."""
+    """The body of a queue message: the request plus the tenant the producer verified and the payload hash.
+
+    The payload travels inline (`payload`) or, when the message would be too large, as a pointer to an S3 object
+    (`payloadRef`); exactly one of the two. The worker resolves a pointer with `agent_jobs.payloads.resolve_payload`.
+    """
 
     job_id: JobId
     workspace_id: WorkspaceId
     tenant_id: TenantId
     type: JobType
-    payload: dict[str, Any]
-    payload_hash: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+    payload: dict[str, Any] | None = None
+    payload_ref: PayloadRef | None = None
+    payload_hash: Sha256Hex
+
+    @model_validator(mode="after")
+    def _one_payload(self) -> JobMessage:
+        if (self.payload is None) == (self.payload_ref is None):
+            raise ValueError("a job message carries exactly one of payload and payloadRef")
+        if self.payload_ref is not None and self.payload_ref.sha256 != self.payload_hash:
+            raise ValueError("payloadRef.sha256 must be the payloadHash: the object is the job's canonical document")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _without_absent_payload(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # The side that is not used is left out, so an inline message reads exactly as before payloadRef existed.
+        data: dict[str, Any] = handler(self)
+        for name in ("payload", "payload_ref", "payloadRef"):
+            if name in data and data[name] is None:
+                del data[name]
+        return data
 
     def request(self) -> ApplyPatchJob | RunTestsJob | OpenPrJob:
-        """Validate the payload for the job's type (the worker rejects a message whose payload does not validate)."""
+        """Validate the payload for the job's type (the worker rejects a message whose payload does not validate).
+
+        A message whose payload is still a pointer (its object could not be resolved) raises PayloadUnavailableError.
+        """
+        if self.payload is None:
+            ref = self.payload_ref
+            raise PayloadUnavailableError(
+                f"the payload of job {self.job_id} ({ref.url if ref else 'no object'}) is missing or is not the "
+                "payload the job was accepted with; submit the same job again (same jobId and payload) to store it "
+                "again, then resume the workspace with retry, or skip the job"
+            )
         return job_request_adapter.validate_python(
             {"jobId": self.job_id, "workspaceId": self.workspace_id, "type": self.type, "payload": self.payload}
         )
+
+
+def canonical_job_document(workspace_id: str, job_type: str, payload: dict[str, Any]) -> bytes:
+    """The canonical JSON (UTF-8) of what makes a job *this* job: workspace, type and payload. Its sha256 is the
+    payload hash, and it is what a large payload's S3 object holds."""
+    canonical = json.dumps(
+        {"workspaceId": workspace_id, "type": str(job_type), "payload": payload},
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+    )
+    return canonical.encode()
 
 
 def payload_hash(job: ApplyPatchJob | RunTestsJob | OpenPrJob) -> str:
@@ -118,13 +193,8 @@ def payload_hash(job: ApplyPatchJob | RunTestsJob | OpenPrJob) -> str:
 
     The same jobId resubmitted with the same hash is an idempotent retry; with another hash it is a conflict.
     """
-    canonical = json.dumps(
-        {"workspaceId": job.workspace_id, "type": str(job.type), "payload": job.payload.model_dump(by_alias=True)},
-        sort_keys=True,
-        separators=(",", ":"),
-        ensure_ascii=False,
-    )
-    return hashlib.sha256(canonical.encode()).hexdigest()
+    document = canonical_job_document(job.workspace_id, str(job.type), job.payload.model_dump(by_alias=True))
+    return hashlib.sha256(document).hexdigest()
 
 
 def job_message(job: ApplyPatchJob | RunTestsJob | OpenPrJob, tenant_id: str) -> JobMessage:

@@ -8,9 +8,24 @@ from typing import TYPE_CHECKING, Any
 from agent_jobs.guard import AcceptOutcome, JobGuard
 from agent_jobs.keys import deduplication_id, workspace_group_id
 from agent_jobs.models import ApplyPatchJob, JobStatus, OpenPrJob, RunTestsJob, job_message
+from agent_jobs.payloads import PayloadStore, message_body
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs.client import SQSClient
+
+
+DEFAULT_INLINE_MESSAGE_LIMIT_BYTES = 131_072
+
+
+class PayloadTooLargeError(Exception):
+    """The job's message is too large for the queue and no payload bucket is configured to hold its payload."""
+
+    def __init__(self, job_id: str, size: int, limit: int) -> None:
+        super().__init__(
+            f"job '{job_id}' makes a {size}-byte message, above the {limit}-byte limit of a queue message, and no "
+            "payload bucket is configured (PAYLOAD_BUCKET); send a smaller payload"
+        )
+        self.job_id = job_id
 
 
 class JobConflictError(Exception):
@@ -49,6 +64,8 @@ def enqueue_job(
     guard: JobGuard,
     sqs: SQSClient,
     queue_url: str,
+    payloads: PayloadStore | None = None,
+    inline_limit_bytes: int = DEFAULT_INLINE_MESSAGE_LIMIT_BYTES,
 ) -> EnqueueResult:
     """Accept a job exactly once per jobId.
 
@@ -57,8 +74,19 @@ def enqueue_job(
     resubmission after the 5-minute deduplication window is answered from the record instead of being sent again.
     A record that exists but was never confirmed sent (the sender crashed) is sent again; the deduplication id and
     the worker's claim make that safe.
+
+    A message body above `inline_limit_bytes` is sent as a pointer: the payload is stored in `payloads` first (so no
+    QUEUED record or message ever points at an object that is not there; storing is idempotent), then the job is
+    recorded and the pointer message sent. Without a payload store such a job raises PayloadTooLargeError.
     """
     message = job_message(job, tenant_id)
+    body = message_body(message)
+    size = len(body.encode())
+    if size > inline_limit_bytes:
+        if payloads is None or payloads.bucket is None:
+            raise PayloadTooLargeError(job.job_id, size, inline_limit_bytes)
+        message = payloads.store(message)
+        body = message_body(message)
     accepted = guard.record_accepted(message)
     if accepted.outcome is AcceptOutcome.CONFLICT:
         raise JobConflictError(job.job_id)
@@ -73,7 +101,7 @@ def enqueue_job(
         )
     response = sqs.send_message(
         QueueUrl=queue_url,
-        MessageBody=message.model_dump_json(by_alias=True),
+        MessageBody=body,
         MessageGroupId=workspace_group_id(job.workspace_id),
         MessageDeduplicationId=deduplication_id(job.job_id, str(job.type)),
         MessageAttributes={

@@ -9,6 +9,7 @@ import boto3
 from botocore.config import Config
 
 from agent_jobs.guard import JobGuard
+from agent_jobs.payloads import PayloadStore
 from agent_jobs.settings import Settings
 
 if TYPE_CHECKING:
@@ -25,6 +26,8 @@ class Services:
     dynamodb: DynamoDBClient
     sqs: SQSClient
     guard: JobGuard
+    # Its S3 client is built on first use, so a cold start that never meets a large payload does not pay for it.
+    payloads: PayloadStore
 
 
 def build_services(settings: Settings | None = None, session: boto3.Session | None = None) -> Services:
@@ -34,4 +37,5 @@ def build_services(settings: Settings | None = None, session: boto3.Session | No
     dynamodb = session.client("dynamodb", config=_CLIENT_CONFIG)
     sqs = session.client("sqs", config=_CLIENT_CONFIG)
     guard = JobGuard(dynamodb, settings.table_name, max_attempts=settings.max_attempts, ttl_days=settings.job_ttl_days)
-    return Services(settings=settings, dynamodb=dynamodb, sqs=sqs, guard=guard)
+    payloads = PayloadStore(settings.payload_bucket, lambda: session.client("s3", config=_CLIENT_CONFIG))
+    return Services(settings=settings, dynamodb=dynamodb, sqs=sqs, guard=guard, payloads=payloads)

@@ -18,7 +18,14 @@ class Settings(BaseSettings):
     max_attempts: Annotated[int, Field(ge=1, le=10)] = 3
     # The queue's redrive maxReceiveCount: on the last delivery the worker parks instead of letting SQS dead-letter.
     max_receive_count: Annotated[int, Field(ge=2)] = 10
-    max_payload_bytes: Annotated[int, Field(ge=1024)] = 256 * 1024
+    # The S3 bucket for payloads too large for a queue message (the claim check); without it such jobs are refused.
+    payload_bucket: str | None = None
+    # A message body above this goes to PAYLOAD_BUCKET and the message carries a pointer. Well below SQS's 1 MiB and
+    # the 300,000 characters the guard keeps of a parked or rejected message's body.
+    inline_message_limit_bytes: Annotated[int, Field(ge=1024, le=262_144)] = 131_072
+    # The API's own request limit: a synchronous Lambda invocation carries at most 6 MB (the event, with the body
+    # JSON-escaped inside it), below API Gateway HTTP API's 10 MB, so 5.5 MiB leaves room for the envelope.
+    max_request_bytes: Annotated[int, Field(ge=1024, le=6_000_000)] = 5_767_168
     job_ttl_days: Annotated[int, Field(ge=1)] = 30
     time_safety_margin_ms: Annotated[int, Field(ge=0)] = 10_000
     backoff_base_seconds: Annotated[int, Field(ge=0)] = 2
@@ -26,6 +33,19 @@ class Settings(BaseSettings):
     # Until the API has an authorizer, every caller is this tenant (enqueue_api.app.caller_tenant); "" refuses them.
     open_access_tenant: str = "default"
     workspaces_root: str = "/tmp/agent-jobs/workspaces"
+
+    # The payload bucket's lifecycle expiration (PayloadRetentionDays); None when not set (no check).
+    payload_retention_days: Annotated[int, Field(ge=1)] | None = None
+
+    @model_validator(mode="after")
+    def _payloads_outlive_their_jobs(self) -> Settings:
+        # A queue keeps a message up to 14 days; a payload must outlive that on top of its job record's TTL.
+        if self.payload_retention_days is not None and self.payload_retention_days < self.job_ttl_days + 14:
+            raise ValueError(
+                f"PAYLOAD_RETENTION_DAYS ({self.payload_retention_days}) must be at least JOB_TTL_DAYS "
+                f"({self.job_ttl_days}) + 14, the longest a queue keeps a message; raise PayloadRetentionDays"
+            )
+        return self
 
     @model_validator(mode="after")
     def _queue_backstop_above_attempts(self) -> Settings:
