@@ -190,12 +190,8 @@ class JwtVerifier:
             )
         except jwt.InvalidTokenError:
             return None
-        if not self._audience_matches(claims):
-            return None
-        iat = claims.get("iat")
-        if iat is not None and (not isinstance(iat, int | float) or iat > time.time() + self.leeway_seconds):
-            return None  # issued in the future: API Gateway refuses it
-        return claims
+        # PyJWT has checked exp, nbf and iat (an iat in the future is refused, as API Gateway does).
+        return claims if self._audience_matches(claims) else None
 
     def _audience_matches(self, claims: Mapping[str, Any]) -> bool:
         # API Gateway: the token's `aud` must match an audience entry; a token without `aud` may match by `client_id`.
