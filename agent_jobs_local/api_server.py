@@ -59,7 +59,7 @@ if TYPE_CHECKING:
 
 LambdaHandler: TypeAlias = Callable[[dict[str, Any], Any], Any]
 AuthorizerClaims: TypeAlias = Callable[[Mapping[str, str]], Mapping[str, Any] | None]
-"""Given the event's (lower-cased) headers, the verified JWT claims of the caller, or None for no authorizer."""
+"""Given the event's (lower-cased) headers, the verified JWT claims of the caller, or None (API Gateway's 401)."""
 
 DEFAULT_ROUTE: Final = "$default"
 _TEXT_MEDIA_TYPES: Final = frozenset(
