@@ -11,7 +11,17 @@ API Gateway's x-forwarded-* and x-amzn-trace-id added; query parameters comma-jo
 in the path (not URL-decoded); a body that is not text (by Content-Type, or not UTF-8, or with a Content-Encoding)
 base64-encoded with `isBase64Encoded: true`; `requestContext` with accountId, apiId, domainName, domainPrefix,
 http {method, path, protocol, sourceIp, userAgent}, requestId, routeKey, stage `$default`, time and timeEpoch, and
-`authorizer.jwt.claims` when the `authorizer_claims` hook returns claims for the request.
+`authorizer.jwt` {claims, scopes} on the routes an authorizer protects.
+
+Authorization is API Gateway's, read per route from the template: a route runs the API's `DefaultAuthorizer` (or the
+`Authorizer` its event names) unless its event says `Auth: {Authorizer: NONE}`. On such a route the
+`authorizer_claims` hook (default: `auth.verify_authorization`, the JWT authorizer's checks against the local
+development key) gives the caller's claims from the request headers; when it gives None the answer is 401
+`{"message":"Unauthorized"}` and the function is not invoked. A route with `AuthorizationScopes` (its own, else its
+authorizer's) needs a token whose `scope` (space-separated) or `scp` holds one of them, else 403
+`{"message":"Forbidden"}`, again without invoking the function. Claims reach the function as API Gateway passes
+them: every value a string (numbers as digits, lists as `[a b]`); `scopes` is the token's scopes on a route with
+AuthorizationScopes, else null.
 
 Answers: a response object (statusCode, headers, multiValueHeaders, cookies as Set-Cookie, body, isBase64Encoded) is
 written as is; a response without statusCode is API Gateway's inferred format (200, JSON body); a handler that raises,
@@ -42,6 +52,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any, Final, TypeAlias
 from urllib.parse import parse_qsl, urlsplit
 
+from agent_jobs_local.auth import verify_authorization
 from agent_jobs_local.event_source import LambdaContextStub
 
 if TYPE_CHECKING:
@@ -49,7 +60,7 @@ if TYPE_CHECKING:
 
 LambdaHandler: TypeAlias = Callable[[dict[str, Any], Any], Any]
 AuthorizerClaims: TypeAlias = Callable[[Mapping[str, str]], Mapping[str, Any] | None]
-"""Given the event's (lower-cased) headers, the verified JWT claims of the caller, or None for no authorizer."""
+"""Given the event's (lower-cased) headers, the verified JWT claims of the caller, or None (API Gateway's 401)."""
 
 DEFAULT_ROUTE: Final = "$default"
 _TEXT_MEDIA_TYPES: Final = frozenset(
@@ -68,6 +79,10 @@ _INTERNAL_ERROR: Final = (HTTPStatus.INTERNAL_SERVER_ERROR, {"message": "Interna
 _TOO_LARGE: Final = (HTTPStatus.REQUEST_ENTITY_TOO_LARGE, {"message": "Request Entity Too Large"})
 MAX_PAYLOAD_BYTES: Final = 10 * 1024 * 1024
 """API Gateway HTTP API's payload quota (10 MB, not adjustable): a larger request never reaches the function."""
+_UNAUTHORIZED: Final = (HTTPStatus.UNAUTHORIZED, {"message": "Unauthorized"})
+_FORBIDDEN: Final = (HTTPStatus.FORBIDDEN, {"message": "Forbidden"})
+# A route's `Auth: {Authorizer: NONE}` opts it out of the API's default authorizer.
+NO_AUTHORIZER: Final = "NONE"
 # Hop-by-hop headers (RFC 9110 7.6.1) end at API Gateway; they never reach the integration.
 _HOP_BY_HOP_HEADERS: Final = frozenset(
     {"connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade"}
@@ -84,12 +99,15 @@ class ApiRouteError(ValueError):
 @dataclass(frozen=True)
 class HttpRoute:
     """One `HttpApi` event of a function: `method` (upper case, or ANY) and `path` (`/jobs/{jobId}`), or the
-    `$default` route."""
+    `$default` route. `authorizer` names the authorizer that guards it (None: open); `authorization_scopes`, when
+    any, are the scopes of which the caller's token must hold one."""
 
     function_id: str
     event_name: str
     method: str
     path: str
+    authorizer: str | None = None
+    authorization_scopes: tuple[str, ...] = ()
 
     @property
     def route_key(self) -> str:
@@ -143,10 +161,11 @@ def http_api_routes(model: TemplateModel, function_id: str | None = None) -> lis
             if event.get("Type") != "HttpApi":
                 continue
             properties = event.get("Properties") or {}
-            # Only Path and Method: ApiId is a Ref to an API that is not provisioned locally.
+            # Path, Method and Auth: ApiId only names the API whose Auth applies (it is not provisioned locally).
             path, method = model.resolve(properties.get("Path")), model.resolve(properties.get("Method"))
+            authorizer, scopes = route_authorization(model, properties)
             if path is None and method is None:
-                routes.append(HttpRoute(candidate, event_name, "ANY", DEFAULT_ROUTE))
+                routes.append(HttpRoute(candidate, event_name, "ANY", DEFAULT_ROUTE, authorizer, scopes))
                 continue
             method = str(method or "ANY").upper()
             routes.append(
@@ -155,6 +174,8 @@ def http_api_routes(model: TemplateModel, function_id: str | None = None) -> lis
                     event_name,
                     "ANY" if method in ("ANY", "X-AMAZON-APIGATEWAY-ANY-METHOD") else method,
                     str(path or "/"),
+                    authorizer,
+                    scopes,
                 )
             )
     functions = sorted({route.function_id for route in routes})
@@ -163,6 +184,63 @@ def http_api_routes(model: TemplateModel, function_id: str | None = None) -> lis
     if len(functions) > 1:
         raise ApiRouteError(f"HttpApi events belong to several functions {functions}: name one as function_id")
     return routes
+
+
+def _api_auth(model: TemplateModel, event_properties: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The `Auth` of the HttpApi an event belongs to: its ApiId's resource, else SAM's implicit API (Globals)."""
+    api_id = event_properties.get("ApiId")
+    if isinstance(api_id, Mapping) and isinstance(api_id.get("Ref"), str):
+        auth = model.properties(api_id["Ref"]).get("Auth")
+    else:
+        auth = ((model.template.get("Globals") or {}).get("HttpApi") or {}).get("Auth")
+    return auth if isinstance(auth, Mapping) else {}
+
+
+def route_authorization(
+    model: TemplateModel, event_properties: Mapping[str, Any]
+) -> tuple[str | None, tuple[str, ...]]:
+    """The authorizer that guards an HttpApi event's route (None: open) and the scopes it requires, as SAM wires
+    them: the event's `Auth.Authorizer` (NONE opts out), else the API's `DefaultAuthorizer`; the event's
+    `Auth.AuthorizationScopes`, else the authorizer's own."""
+    api_auth = _api_auth(model, event_properties)
+    route_auth = event_properties.get("Auth") or {}
+    authorizer = model.resolve(route_auth.get("Authorizer")) or model.resolve(api_auth.get("DefaultAuthorizer"))
+    if authorizer is None or authorizer == NO_AUTHORIZER:
+        return None, ()
+    authorizers = api_auth.get("Authorizers") or {}
+    if authorizer not in authorizers:
+        raise ApiRouteError(f"the route's authorizer '{authorizer}' is not among the API's Authorizers")
+    scopes = route_auth.get("AuthorizationScopes")
+    if scopes is None:
+        scopes = (authorizers[authorizer] or {}).get("AuthorizationScopes")
+    return str(authorizer), tuple(str(scope) for scope in model.resolve(scopes) or ())
+
+
+def token_scopes(claims: Mapping[str, Any]) -> list[str]:
+    """The scopes a token grants, as an HTTP API JWT authorizer reads them: `scope` (space-separated) or `scp`."""
+    raw = claims.get("scope", claims.get("scp"))
+    if isinstance(raw, str):
+        return raw.split()
+    if isinstance(raw, list):
+        return [str(scope) for scope in raw]
+    return []
+
+
+def api_gateway_claims(claims: Mapping[str, Any]) -> dict[str, str]:
+    """Claims as an HTTP API passes them to the function: every value a string, a list as `[a b]`."""
+
+    def text(value: Any) -> str:
+        if isinstance(value, str):
+            return value
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        if isinstance(value, list):
+            return "[" + " ".join(text(item) for item in value) + "]"
+        if isinstance(value, int | float):
+            return str(int(value)) if float(value).is_integer() else str(value)
+        return json.dumps(value, separators=(",", ":"))
+
+    return {str(name): text(value) for name, value in claims.items()}
 
 
 def _is_text(content_type: str | None, content_encoding: str | None, body: bytes) -> bool:
@@ -198,6 +276,22 @@ def _request_id() -> str:
 
 def _trace_id() -> str:
     return f"Root=1-{int(time.time()):08x}-{secrets.token_hex(12)}"
+
+
+def _event_headers(header_items: list[tuple[str, str]]) -> tuple[dict[str, str], list[str]]:
+    """Headers as API Gateway passes them (names lower-cased, repeats comma-joined, hop-by-hop ones dropped) and the
+    Cookie header's cookies."""
+    headers: dict[str, str] = {}
+    cookies: list[str] = []
+    for name, value in header_items:
+        key = name.lower()
+        if key in _HOP_BY_HOP_HEADERS:
+            continue
+        if key == "cookie":
+            cookies.extend(part.strip() for part in value.split(";") if part.strip())
+            continue
+        headers[key] = f"{headers[key]},{value}" if key in headers else value
+    return headers, cookies
 
 
 @dataclass(frozen=True)
@@ -240,8 +334,9 @@ class LocalApiServer:
     """The HTTP API of `model`'s function (`function_id`, default the one with HttpApi events) on `host:port`
     (0 = a free port), invoking `handler(event, context)`; the context counts down from the function's Timeout.
 
-    `authorizer_claims(headers)` stands in for a JWT authorizer: when it returns claims, they are the request's
-    `requestContext.authorizer.jwt.claims`. `start()` serves in a background thread; `url` is the base URL
+    `authorizer_claims(headers)` is the JWT authorizer of the routes an authorizer guards (default
+    `auth.verify_authorization`, tokens of the local development key; tests may set another): claims, or None for
+    API Gateway's 401. `start()` serves in a background thread; `url` is the base URL
     (`http://127.0.0.1:<port>`); `stop()` shuts the server down. Also a context manager.
     """
 
@@ -262,7 +357,7 @@ class LocalApiServer:
         settings = model.function_settings(self.function_id)
         self.timeout_seconds = settings.timeout_seconds
         self.memory_size_mb = settings.memory_size_mb
-        self.authorizer_claims = authorizer_claims
+        self.authorizer_claims: AuthorizerClaims = authorizer_claims or verify_authorization
         api_name = f"{model.stack_name}/{self.routes[0].event_name}"
         self.api_id = hashlib.sha256(api_name.encode()).hexdigest()[:10]
         self._invocation_lock = threading.Lock()
@@ -324,20 +419,13 @@ class LocalApiServer:
         body: bytes,
         source_ip: str,
         server_port: int,
+        authorizer: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """The payload-format-2.0 event for one request (`target` is the request line's path and query)."""
+        """The payload-format-2.0 event for one request (`target` is the request line's path and query;
+        `authorizer` the `requestContext.authorizer` an authorizer gave it, e.g. from `authorize`)."""
         split = urlsplit(target)
         raw_path = split.path or "/"
-        headers: dict[str, str] = {}
-        cookies: list[str] = []
-        for name, value in header_items:
-            key = name.lower()
-            if key in _HOP_BY_HOP_HEADERS:
-                continue
-            if key == "cookie":
-                cookies.extend(part.strip() for part in value.split(";") if part.strip())
-                continue
-            headers[key] = f"{headers[key]},{value}" if key in headers else value
+        headers, cookies = _event_headers(header_items)
         headers.setdefault("x-amzn-trace-id", _trace_id())
         headers["x-forwarded-for"] = (
             f"{headers['x-forwarded-for']}, {source_ip}" if "x-forwarded-for" in headers else source_ip
@@ -367,10 +455,8 @@ class LocalApiServer:
             "time": datetime.fromtimestamp(now, UTC).strftime("%d/%b/%Y:%H:%M:%S +0000"),
             "timeEpoch": int(now * 1000),
         }
-        if self.authorizer_claims is not None:
-            claims = self.authorizer_claims(dict(headers))
-            if claims is not None:
-                context["authorizer"] = {"jwt": {"claims": dict(claims), "scopes": None}}
+        if authorizer is not None:
+            context["authorizer"] = dict(authorizer)
         event: dict[str, Any] = {"version": "2.0", "routeKey": route.route_key, "rawPath": raw_path}
         event["rawQueryString"] = split.query
         if cookies:
@@ -387,6 +473,21 @@ class LocalApiServer:
             event["pathParameters"] = dict(path_parameters)
         event["isBase64Encoded"] = is_base64
         return event
+
+    def authorize(self, route: HttpRoute, header_items: list[tuple[str, str]]) -> dict[str, Any] | _Answer | None:
+        """What API Gateway's authorizer makes of a request to `route`: None for an open route, the
+        `requestContext.authorizer` value for an authorized one, or the 401 / 403 answer given instead of invoking."""
+        if route.authorizer is None:
+            return None
+        headers, _ = _event_headers(header_items)
+        claims = self.authorizer_claims(headers)
+        if claims is None:
+            return _json_answer(_UNAUTHORIZED)
+        granted = token_scopes(claims)
+        if route.authorization_scopes and not set(route.authorization_scopes) & set(granted):
+            return _json_answer(_FORBIDDEN)
+        scopes = granted if route.authorization_scopes else None
+        return {"jwt": {"claims": api_gateway_claims(claims), "scopes": scopes}}
 
     def invoke(self, event: dict[str, Any]) -> _Answer:
         """Run the handler on `event` as one invocation and translate its answer (500 on any failure)."""
@@ -433,16 +534,22 @@ class LocalApiServer:
                     request_id = _request_id()
                 else:
                     route, parameters = matched
+                    header_items = list(self.headers.items())
+                    authorized = api.authorize(route, header_items)
+                    if isinstance(authorized, _Answer):
+                        self._write(authorized, _request_id())
+                        return
                     event = api.build_event(
                         route=route,
                         path_parameters=parameters,
                         method=self.command,
                         target=self.path,
                         protocol=self.request_version,
-                        header_items=list(self.headers.items()),
+                        header_items=header_items,
                         body=body,
                         source_ip=str(self.client_address[0]),
                         server_port=api.port,
+                        authorizer=authorized,
                     )
                     request_id = event["requestContext"]["requestId"]
                     answer = api.invoke(event)
@@ -490,6 +597,9 @@ __all__ = [
     "HttpRoute",
     "LambdaHandler",
     "LocalApiServer",
+    "api_gateway_claims",
     "http_answer",
     "http_api_routes",
+    "route_authorization",
+    "token_scopes",
 ]

@@ -4,7 +4,8 @@ every invariant against the table and the workspaces themselves.
 
 Each workspace is a real git repository: `create_remote` makes a bare remote with a first commit on `main`, and
 `register_workspaces` registers it through the API (`PUT /workspaces/{workspaceId}`) with its branch, its test
-command and the GitHub repository its pull request goes to."""
+command and the GitHub repository its pull request goes to. Every API call carries a bearer token of the tenant,
+minted with the local development key (`auth.mint_token`)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ from dulwich.repo import Repo
 from agent_jobs.guard import to_item
 from agent_jobs.keys import deduplication_id, workspace_group_id
 from agent_jobs.models import JobStatus, job_message, job_request_adapter
+from agent_jobs_local.auth import mint_token
 from agent_jobs_local.faults import Fault, fired
 
 if TYPE_CHECKING:
@@ -46,6 +48,9 @@ BASE_BRANCH = "main"
 GITHUB_OWNER = "agents"
 TEST_SUITE = "unit"
 PASSING_TEST_COMMAND = (sys.executable, "-c", "print('tests pass')")
+DEFAULT_TENANT = "default"
+# Long enough for the longest demo run: the agents mint their token once.
+TOKEN_TTL_SECONDS = 6 * 3600
 
 
 @dataclass(frozen=True)
@@ -151,10 +156,9 @@ class Submissions:
         return sum(len(v) for v in self.accepted.values())
 
 
-def _send(method: str, url: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-    request = urllib.request.Request(
-        url, data=json.dumps(body).encode(), method=method, headers={"content-type": "application/json"}
-    )
+def _send(method: str, url: str, body: dict[str, Any], token: str) -> tuple[int, dict[str, Any]]:
+    headers = {"content-type": "application/json", "authorization": f"Bearer {token}"}
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), method=method, headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=30) as response:
             return response.status, json.loads(response.read())
@@ -162,8 +166,8 @@ def _send(method: str, url: str, body: dict[str, Any]) -> tuple[int, dict[str, A
         return error.code, json.loads(error.read() or b"{}")
 
 
-def _post(url: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-    return _send("POST", url, body)
+def _post(url: str, body: dict[str, Any], token: str) -> tuple[int, dict[str, Any]]:
+    return _send("POST", url, body, token)
 
 
 # ---- git remotes and their registration -------------------------------------------------------------------------
@@ -213,15 +217,18 @@ def registration_body(remote: Path, workspace_id: str, github_api_url: str) -> d
     }
 
 
-def register_workspaces(api_url: str, remotes: Mapping[str, Path], github_api_url: str) -> dict[str, int]:
-    """Register each workspace's remote through the API; returns workspace -> status (201 created, 200 updated).
-    Retries 5xx and 429 a few times; raises RuntimeError with the API's answer on anything else."""
+def register_workspaces(
+    api_url: str, remotes: Mapping[str, Path], github_api_url: str, *, tenant_id: str = DEFAULT_TENANT
+) -> dict[str, int]:
+    """Register each workspace's remote through the API for `tenant_id`; returns workspace -> status (201 created,
+    200 updated). Retries 5xx and 429 a few times; raises RuntimeError with the API's answer on anything else."""
     statuses: dict[str, int] = {}
+    token = mint_token(tenant_id, ttl_seconds=TOKEN_TTL_SECONDS)
     for ws, remote in remotes.items():
         url = f"{api_url.rstrip('/')}/workspaces/{ws}"
         body = registration_body(remote, ws, github_api_url)
         for attempt in range(6):
-            status, answer = _send("PUT", url, body)
+            status, answer = _send("PUT", url, body, token)
             if status in (200, 201):
                 statuses[ws] = status
                 break
@@ -237,12 +244,15 @@ class Agents:
     """Simulated agents: each owns some workspaces and submits their jobs interleaved, one job of a workspace at a
     time (so the order it saw its 202s is the queue's acceptance order for that workspace)."""
 
-    def __init__(self, plan: Plan, api_url: str, sqs: SQSClient, queue_url: str, tenant_id: str = "default") -> None:
+    def __init__(
+        self, plan: Plan, api_url: str, sqs: SQSClient, queue_url: str, tenant_id: str = DEFAULT_TENANT
+    ) -> None:
         self.plan = plan
         self.api_url = api_url.rstrip("/")
         self.sqs = sqs
         self.queue_url = queue_url
         self.tenant_id = tenant_id
+        self.token = mint_token(tenant_id, ttl_seconds=TOKEN_TTL_SECONDS)
         self.submissions = Submissions()
 
     def run(self, on_accepted: Callable[[], None] = lambda: None) -> Submissions:
@@ -271,9 +281,9 @@ class Agents:
     def _submit(self, job: PlannedJob) -> None:
         url = f"{self.api_url}/jobs"
         if job.job_id in self.plan.lost_responses:
-            _post(url, job.body())  # accepted, but the agent never sees the answer: it retries below
+            _post(url, job.body(), self.token)  # accepted, but the agent never sees the answer: it retries below
         for attempt in range(8):
-            status, answer = _post(url, job.body())
+            status, answer = _post(url, job.body(), self.token)
             if status == 202:
                 break
             with self.submissions.lock:
@@ -292,7 +302,7 @@ class Agents:
             if not answer.get("created", True):
                 self.submissions.repeats_absorbed += 1
         if job.job_id in self.plan.duplicate_sends:
-            status, again = _post(url, job.body())
+            status, again = _post(url, job.body(), self.token)
             with self.submissions.lock:
                 if status == 202 and not again.get("created", True):
                     self.submissions.repeats_absorbed += 1

@@ -13,11 +13,11 @@
                          tenant's; 404 neither registered nor halted; 422 bad id
 
 Tenancy: the caller's tenant comes from `caller_tenant` and nowhere else. It is the `tenant_id` claim of the verified
-JWT that an HTTP API JWT authorizer puts at `requestContext.authorizer.jwt.claims`. While the API has no authorizer
-(no `requestContext.authorizer` in the request), every caller is the tenant named by the OPEN_ACCESS_TENANT setting;
-setting it to an empty string refuses such callers instead. A request that passed an authorizer but carries no
-usable `tenant_id` claim is refused (403), never given the open-access tenant. A body never names a tenant: the job
-model forbids unknown fields, so a body carrying `tenantId` is refused with 422.
+JWT that the API's JWT authorizer puts at `requestContext.authorizer.jwt.claims` (API Gateway itself answers 401 to a
+request without a valid token, before this function runs). A request without an authorizer context is refused (401);
+one whose authorizer gave no usable `tenant_id` claim is refused (403). A body never names a tenant: the job model
+forbids unknown fields, so a body carrying `tenantId` is refused with 422. A job for a workspace registered to (or
+halted for) another tenant is refused (403) and nothing is recorded or queued.
 
 Repeating a request is always safe: a jobId is accepted at most once, and a repeat with the same payload is answered
 from the job's record. The AWS clients are built on the first invocation and kept while the environment is warm;
@@ -57,7 +57,7 @@ from agent_jobs.models import (
     WorkspaceState,
     job_request_adapter,
 )
-from agent_jobs.producer import JobConflictError, PayloadTooLargeError, enqueue_job
+from agent_jobs.producer import JobConflictError, PayloadTooLargeError, WorkspaceForbiddenError, enqueue_job
 from agent_jobs.services import Services, build_services
 from agent_jobs.settings import Settings
 from agent_jobs.workspaces import WorkspaceOwnedElsewhereError, WorkspaceRegistry, WorkspaceStatus
@@ -150,23 +150,22 @@ def _json_response(status: HTTPStatus, body: dict[str, Any], headers: dict[str, 
 
 
 def caller_tenant(event: APIGatewayProxyEventV2, settings: Settings) -> str:
-    """The tenant of the caller: the verified JWT's `tenant_id` claim, or the open-access tenant when no authorizer
-    ran for the request. The only place a tenant is derived; the body is never consulted.
+    """The tenant of the caller: the verified JWT's `tenant_id` claim. The only place a tenant is derived; the body
+    is never consulted.
 
-    Fails closed: a request that went through an authorizer without yielding a usable `tenant_id` claim (another
-    authorizer kind, a token without the claim) is refused rather than treated as the open-access tenant.
+    Fails closed: a request without an authorizer context (a route deployed without the authorizer, a direct
+    invocation) is 401; one that went through an authorizer without yielding a usable `tenant_id` claim (another
+    authorizer kind, a token without the claim) is 403.
     """
-    if event.request_context.get("authorizer"):
-        tenant = event.request_context.authorizer.jwt_claim.get(TENANT_CLAIM)
-        if not isinstance(tenant, str) or not _is_valid_tenant(tenant):
-            raise RequestRefused(
-                HTTPStatus.FORBIDDEN,
-                f"the access token has no usable '{TENANT_CLAIM}' claim; ask for a token issued for your tenant",
-            )
-        return tenant
-    if not settings.open_access_tenant:
+    if not event.request_context.get("authorizer"):
         raise RequestRefused(HTTPStatus.UNAUTHORIZED, "authentication required: send a bearer token for your tenant")
-    return settings.open_access_tenant
+    tenant = event.request_context.authorizer.jwt_claim.get(TENANT_CLAIM)
+    if not isinstance(tenant, str) or not _is_valid_tenant(tenant):
+        raise RequestRefused(
+            HTTPStatus.FORBIDDEN,
+            f"the access token has no usable '{TENANT_CLAIM}' claim; ask for a token issued for your tenant",
+        )
+    return tenant
 
 
 def caller_scopes(event: APIGatewayProxyEventV2) -> frozenset[str]:
@@ -452,6 +451,9 @@ def submit_job() -> Response[Any]:
         logger.info("jobId already taken by another job")
         metrics.add_metric(name="JobsConflict", unit=MetricUnit.Count, value=1)
         return _json_response(HTTPStatus.CONFLICT, {"message": str(conflict), "jobId": job.job_id})
+    except WorkspaceForbiddenError as forbidden:
+        logger.info("workspace belongs to another tenant")
+        raise RequestRefused(HTTPStatus.FORBIDDEN, str(forbidden)) from None
     metrics.add_metric(name="JobsAccepted" if result.created else "JobsResubmitted", unit=MetricUnit.Count, value=1)
     logger.info("job accepted" if result.created else "job already accepted", extra={"status": result.status})
     return _json_response(HTTPStatus.ACCEPTED, result.as_response(), headers={"Location": f"/jobs/{job.job_id}"})

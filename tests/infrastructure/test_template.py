@@ -250,6 +250,7 @@ def test_policies_grant_what_each_function_needs(template: Template) -> None:
         "dynamodb:PutItem",
         "dynamodb:UpdateItem",
         "dynamodb:GetItem",
+        "dynamodb:ConditionCheckItem",
         "sqs:SendMessage",
         "s3:PutObject",
     }

@@ -58,6 +58,13 @@ def _with_claims(event: dict[str, Any], claims: dict[str, str] | None) -> dict[s
     return event
 
 
+def without_authorizer(event: dict[str, Any]) -> dict[str, Any]:
+    """The sample event as a route without the authorizer would deliver it (or a direct invocation)."""
+    event["requestContext"].pop("authorizer", None)
+    event["headers"].pop("authorization", None)
+    return event
+
+
 def with_lambda_authorizer(event: dict[str, Any], context: dict[str, str]) -> dict[str, Any]:
     """What an HTTP API Lambda authorizer (simple responses) adds instead of JWT claims."""
     event["requestContext"]["authorizer"] = {"lambda": context}
@@ -194,7 +201,7 @@ def test_submit_job_takes_the_tenant_from_jwt_claims(api: Api) -> None:
 
 @pytest.mark.parametrize("claims", [{"sub": "agent-7"}, {"sub": "agent-7", "tenant_id": "not a tenant"}])
 def test_submit_job_with_claims_but_no_usable_tenant_is_forbidden(api: Api, claims: dict[str, str]) -> None:
-    # Given a verified token that does not name a usable tenant: never fall back to the open-access tenant
+    # Given a verified token that does not name a usable tenant: never fall back to some tenant
     response = api.post(job_body("job-1"), claims=claims)
 
     assert response.status == 403
@@ -204,7 +211,7 @@ def test_submit_job_with_claims_but_no_usable_tenant_is_forbidden(api: Api, clai
 
 
 def test_submit_job_through_another_kind_of_authorizer_is_forbidden(api: Api) -> None:
-    # Given a request that an authorizer let through without JWT claims: it must not become the open-access tenant
+    # Given a request that an authorizer let through without JWT claims: it must not become any tenant
     event = with_lambda_authorizer(post_event(job_body("job-1")), {"tenant_id": "acme"})
 
     response = api.invoke(event)
@@ -214,14 +221,12 @@ def test_submit_job_through_another_kind_of_authorizer_is_forbidden(api: Api) ->
     assert api.items() == []
 
 
-def test_submit_job_without_claims_is_refused_when_open_access_is_off(
-    api: Api, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    use_environment(monkeypatch, {"OPEN_ACCESS_TENANT": ""})
-
-    response = api.post(job_body("job-1"))
+def test_submit_job_without_an_authorizer_context_is_401(api: Api) -> None:
+    # Given a request that reached the function without an authorizer (no route runs without one when deployed)
+    response = api.invoke(without_authorizer(post_event(job_body("job-1"))))
 
     assert response.status == 401
+    assert response.body["message"] == "authentication required: send a bearer token for your tenant"
     assert api.stack.queue_depth() == 0
     assert api.items() == []
 
@@ -558,13 +563,14 @@ def test_read_job_of_another_tenant_is_403(api: Api) -> None:
 
     other = api.get("job-a", claims={"tenant_id": "tenant-b"})
     owner = api.get("job-a", claims={"tenant_id": "tenant-a"})
-    open_access = api.get("job-a")
+    anonymous = api.invoke(without_authorizer(get_event("job-a")))
 
     assert other.status == 403
     assert "jobId" not in other.body
     assert owner.status == 200
     assert owner.body["tenantId"] == "tenant-a"
-    assert open_access.status == 403
+    assert anonymous.status == 401
+    assert "jobId" not in anonymous.body
 
 
 # ---- the sample events ---------------------------------------------------------------------------------------------

@@ -13,7 +13,14 @@ import pytest
 from agent_jobs.models import WorkspaceState
 from enqueue_api import app
 from tests.conftest import Stack
-from tests.integration.test_enqueue_api import Api, ApiResponse, _with_claims, load_event, use_environment
+from tests.integration.test_enqueue_api import (
+    Api,
+    ApiResponse,
+    _with_claims,
+    load_event,
+    use_environment,
+    without_authorizer,
+)
 
 REGISTRATION_FIELDS = set(app.PUBLIC_WORKSPACE_FIELDS)
 STATUS_FIELDS = REGISTRATION_FIELDS | set(app.PUBLIC_WORKSPACE_STATE_FIELDS)
@@ -258,12 +265,13 @@ def test_read_workspace_of_another_tenant_is_403(api: WorkspaceApi) -> None:
 
     other = api.read(claims={"tenant_id": "tenant-b"})
     owner = api.read(claims={"tenant_id": "tenant-a"})
-    open_access = api.read()
+    anonymous = api.invoke(without_authorizer(get_event()))
 
     assert other.status == 403
     assert "remoteUrl" not in other.body
     assert owner.status == 200
-    assert open_access.status == 403
+    assert anonymous.status == 401
+    assert "remoteUrl" not in anonymous.body
 
 
 @pytest.mark.parametrize("raw_workspace_id", ["bad%20id", "-dash", "w" * 101])

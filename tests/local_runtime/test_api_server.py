@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from agent_jobs_local.api_server import HttpRoute, LocalApiServer, http_api_routes
+from agent_jobs_local.auth import mint_token
 from enqueue_api import app
 from tests.conftest import Stack
 
@@ -42,11 +43,14 @@ class Answer:
 class Api:
     server: LocalApiServer
     events: list[dict[str, Any]] = field(default_factory=list)
+    # Sent as the Authorization header unless a request names its own (the API's authorizer needs one).
+    token: str = field(default_factory=lambda: mint_token("default"))
 
     def request(
         self, method: str, path: str, body: bytes | None = None, headers: dict[str, str] | None = None
     ) -> Answer:
-        request = urllib.request.Request(f"{self.server.url}{path}", data=body, method=method, headers=headers or {})
+        headers = {"Authorization": f"Bearer {self.token}", **(headers or {})}
+        request = urllib.request.Request(f"{self.server.url}{path}", data=body, method=method, headers=headers)
         try:
             with urllib.request.urlopen(request, timeout=30) as response:
                 status, raw, response_headers = response.status, response.read(), response.headers
@@ -207,7 +211,9 @@ def test_api_server_handler_exception_is_api_gateways_500(server_stack: Stack) -
         raise RuntimeError("boom")
 
     with LocalApiServer(server_stack.model, broken) as server:
-        request = urllib.request.Request(f"{server.url}/jobs", data=b"{}", method="POST")
+        request = urllib.request.Request(
+            f"{server.url}/jobs", data=b"{}", method="POST", headers={"Authorization": mint_token("default")}
+        )
         with pytest.raises(urllib.error.HTTPError) as raised:
             urllib.request.urlopen(request, timeout=10)
 
@@ -226,7 +232,9 @@ def test_api_server_answers_a_response_as_api_gateway_writes_it(server_stack: St
         }
 
     with LocalApiServer(server_stack.model, handler) as server:
-        request = urllib.request.Request(f"{server.url}/jobs", data=b"{}", method="POST")
+        request = urllib.request.Request(
+            f"{server.url}/jobs", data=b"{}", method="POST", headers={"Authorization": mint_token("default")}
+        )
         with urllib.request.urlopen(request, timeout=10) as response:
             status, body, headers = response.status, response.read(), response.headers
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import boto3
 
+from agent_jobs_local.auth import mint_token
 from agent_jobs_local.demo import remote_branches
 from agent_jobs_local.runtime import LocalRuntime, container_endpoint, scale_durations
 from agent_jobs_local.workload import create_remote, register_workspaces
@@ -23,7 +24,7 @@ def submit(api_url: str, job_id: str, workspace_id: str) -> None:
     request = urllib.request.Request(
         f"{api_url}/jobs",
         data=job.model_dump_json(by_alias=True).encode(),
-        headers={"Content-Type": "application/json"},
+        headers={"Content-Type": "application/json", "Authorization": f"Bearer {mint_token('default')}"},
         method="POST",
     )
     with urllib.request.urlopen(request, timeout=30) as response:
@@ -38,7 +39,8 @@ def register(api_url: str, root: Path, workspace_ids: list[str]) -> dict[str, Pa
 
 
 def read_job(api_url: str, job_id: str) -> Any:
-    with urllib.request.urlopen(f"{api_url}/jobs/{job_id}", timeout=30) as response:
+    request = urllib.request.Request(f"{api_url}/jobs/{job_id}", headers={"Authorization": mint_token("default")})
+    with urllib.request.urlopen(request, timeout=30) as response:
         return json.loads(response.read())
 
 

@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 
 from agent_jobs.guard import AcceptOutcome, ClaimOutcome, FailOutcome, JobGuard
-from agent_jobs.models import JobStatus, WorkspaceState
+from agent_jobs.models import JobStatus, WorkspaceRegistration, WorkspaceState
+from agent_jobs.workspaces import WorkspaceRegistry
 from tests.conftest import ManualClock, Stack, make_message
 
 
@@ -204,3 +205,46 @@ def test_record_accepted_is_idempotent_for_the_same_job_and_conflicts_otherwise(
     assert guard.record_accepted(make_message("j1", tenant_id="tenant-2")).outcome is AcceptOutcome.CONFLICT
     other_payload = make_message("j1", job_type="open_pr", payload={"title": "t"})
     assert guard.record_accepted(other_payload).outcome is AcceptOutcome.CONFLICT
+
+
+def test_record_accepted_refuses_a_workspace_of_another_tenant_and_writes_nothing(guard: JobGuard, stack: Stack):
+    # Given ws-a registered to tenant-1, and ws-h halted by a job of tenant-1
+    WorkspaceRegistry(stack.services.dynamodb, stack.table_name).register(
+        "ws-a", WorkspaceRegistration(remote_url="/srv/git/a.git", branch="agent/a"), "tenant-1"
+    )
+    guard.halt_workspace("ws-h", tenant_id="tenant-1", job_id="j0", reason="dead")
+
+    for workspace_id in ("ws-a", "ws-h"):
+        message = make_message(f"j-{workspace_id}", workspace_id=workspace_id, tenant_id="tenant-2")
+        assert guard.record_accepted(message).outcome is AcceptOutcome.WORKSPACE_FORBIDDEN
+        assert stack.job(f"j-{workspace_id}") is None
+    assert guard.record_accepted(make_message("j-own", workspace_id="ws-a", tenant_id="tenant-1")).outcome is (
+        AcceptOutcome.NEW
+    )
+
+
+def test_record_accepted_lets_any_tenant_into_a_workspace_item_without_one(guard: JobGuard):
+    # Given a workspace halted by a message that named no tenant: nobody owns it yet, as registering treats it
+    guard.halt_workspace("ws-x", tenant_id=None, job_id="j0", reason="rejected")
+    assert guard.record_accepted(make_message("j1", workspace_id="ws-x", tenant_id="tenant-2")).outcome is (
+        AcceptOutcome.NEW
+    )
+
+
+def test_record_accepted_answers_a_sent_job_from_its_record_but_never_sends_into_a_taken_workspace(
+    guard: JobGuard, stack: Stack
+):
+    # Given two jobs of tenant-1 accepted for ws-a (only j-sent was sent) before ws-a became tenant-2's
+    guard.record_accepted(make_message("j-sent", workspace_id="ws-a", tenant_id="tenant-1"))
+    guard.record_sent("j-sent", "msg-1", "1")
+    guard.record_accepted(make_message("j-unsent", workspace_id="ws-a", tenant_id="tenant-1"))
+    guard.halt_workspace("ws-a", tenant_id="tenant-2", job_id="j9", reason="dead")
+    assert stack.workspace("ws-a")["tenantId"] == "tenant-2"
+
+    # When tenant-1 repeats both requests
+    sent = guard.record_accepted(make_message("j-sent", workspace_id="ws-a", tenant_id="tenant-1"))
+    unsent = guard.record_accepted(make_message("j-unsent", workspace_id="ws-a", tenant_id="tenant-1"))
+
+    # Then the sent one is answered from its record (nothing is sent again), the unsent one is not sent
+    assert (sent.outcome, sent.item["messageId"]) == (AcceptOutcome.EXISTING, "msg-1")
+    assert unsent.outcome is AcceptOutcome.WORKSPACE_FORBIDDEN

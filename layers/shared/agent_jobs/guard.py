@@ -85,6 +85,7 @@ class AcceptOutcome(StrEnum):
     UNSENT = "UNSENT"  # recorded earlier with the same payload but never confirmed sent: send it (idempotent)
     EXISTING = "EXISTING"  # recorded and sent earlier with the same payload: answer with the stored state
     CONFLICT = "CONFLICT"  # the jobId exists with another payload or tenant
+    WORKSPACE_FORBIDDEN = "WORKSPACE_FORBIDDEN"  # the workspace is registered to (or halted for) another tenant
 
 
 @dataclass(frozen=True)
@@ -162,7 +163,14 @@ class JobGuard:
     # ---- producer side -------------------------------------------------------------------------------------------
 
     def record_accepted(self, message: JobMessage) -> AcceptResult:
-        """Record a job QUEUED before it is sent, unless its jobId is known: then say whether it is the same job."""
+        """Record a job QUEUED before it is sent, unless its jobId is known: then say whether it is the same job.
+
+        One transaction: the conditional put of the job and a check that its workspace item (`ws#<workspaceId>`)
+        is absent or carries the job's tenant, so a job never enters another tenant's workspace (WORKSPACE_FORBIDDEN,
+        nothing written). A known jobId is answered from its record first: CONFLICT for another job, EXISTING for
+        the same job already sent (nothing is sent again); the same job recorded but unsent is sent (UNSENT) only
+        while its workspace is still the tenant's own.
+        """
         now = self._clock()
         item = {
             "pk": job_key(message.job_id),
@@ -178,21 +186,43 @@ class JobGuard:
             "ttl": self._ttl(now),
             "history": [{"status": str(JobStatus.QUEUED), "at": now}],
         }
+        put_job: TransactWriteItemTypeDef = {
+            "Put": {
+                "TableName": self._table,
+                "Item": _wire(item),
+                "ConditionExpression": "attribute_not_exists(pk)",
+                "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+            }
+        }
+        # A workspace item without a tenant (halted by a message that named none) is not anyone's yet, as registering
+        # treats it.
+        workspace_is_the_tenants: TransactWriteItemTypeDef = {
+            "ConditionCheck": {
+                "TableName": self._table,
+                "Key": _wire({"pk": workspace_key(message.workspace_id)}),
+                "ConditionExpression": "attribute_not_exists(pk) OR attribute_not_exists(tenantId) OR tenantId = :tid",
+                "ExpressionAttributeValues": _wire({":tid": message.tenant_id}),
+            }
+        }
         try:
-            self._client.put_item(
-                TableName=self._table,
-                Item=_wire(item),
-                ConditionExpression="attribute_not_exists(pk)",
-                ReturnValuesOnConditionCheckFailure="ALL_OLD",
-            )
+            self._client.transact_write_items(TransactItems=[put_job, workspace_is_the_tenants])
         except ClientError as error:
-            if not _condition_failed(error):
-                raise
-            old = to_item(error.response.get("Item", {}))  # type: ignore[arg-type]
+            reasons = _cancellation(error)
+            if reasons is None or not any(_reason_failed(reason) for reason in reasons):
+                raise  # a transaction conflict or throttling: the caller answers 503 and the client retries
+            job_reason = reasons[0] if reasons else {}
+            workspace_forbidden = len(reasons) > 1 and _reason_failed(reasons[1])
+            if not _reason_failed(job_reason):
+                return AcceptResult(AcceptOutcome.WORKSPACE_FORBIDDEN)
+            old = to_item(job_reason.get("Item", {}))
             same_job = old.get("payloadHash") == message.payload_hash and old.get("tenantId") == message.tenant_id
             if not same_job:
                 return AcceptResult(AcceptOutcome.CONFLICT, old)
-            return AcceptResult(AcceptOutcome.EXISTING if old.get("messageId") else AcceptOutcome.UNSENT, old)
+            if old.get("messageId"):
+                return AcceptResult(AcceptOutcome.EXISTING, old)
+            if workspace_forbidden:
+                return AcceptResult(AcceptOutcome.WORKSPACE_FORBIDDEN)
+            return AcceptResult(AcceptOutcome.UNSENT, old)
         return AcceptResult(AcceptOutcome.NEW, item)
 
     def record_sent(self, job_id: str, message_id: str, sequence_number: str | None) -> None:

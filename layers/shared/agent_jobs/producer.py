@@ -39,6 +39,17 @@ class JobConflictError(Exception):
         self.job_id = job_id
 
 
+class WorkspaceForbiddenError(Exception):
+    """The job's workspace is registered to (or halted for) another tenant: nothing was recorded or queued."""
+
+    def __init__(self, workspace_id: str) -> None:
+        super().__init__(
+            f"workspace '{workspace_id}' belongs to another tenant; send jobs only for workspaces your tenant "
+            "registered (PUT /workspaces/{workspaceId}), or use another workspaceId"
+        )
+        self.workspace_id = workspace_id
+
+
 @dataclass(frozen=True)
 class EnqueueResult:
     job_id: str
@@ -73,7 +84,8 @@ def enqueue_job(
     another payload is refused (JobConflictError) instead of being silently dropped by SQS deduplication, and a
     resubmission after the 5-minute deduplication window is answered from the record instead of being sent again.
     A record that exists but was never confirmed sent (the sender crashed) is sent again; the deduplication id and
-    the worker's claim make that safe.
+    the worker's claim make that safe. A job for a workspace of another tenant is refused (WorkspaceForbiddenError)
+    in the same write, so nothing is recorded or sent.
 
     A message body above `inline_limit_bytes` is sent as a pointer: the payload is stored in `payloads` first (so no
     QUEUED record or message ever points at an object that is not there; storing is idempotent), then the job is
@@ -90,6 +102,8 @@ def enqueue_job(
     accepted = guard.record_accepted(message)
     if accepted.outcome is AcceptOutcome.CONFLICT:
         raise JobConflictError(job.job_id)
+    if accepted.outcome is AcceptOutcome.WORKSPACE_FORBIDDEN:
+        raise WorkspaceForbiddenError(job.workspace_id)
     if accepted.outcome is AcceptOutcome.EXISTING:
         item = accepted.item
         return EnqueueResult(

@@ -30,8 +30,6 @@ class Settings(BaseSettings):
     time_safety_margin_ms: Annotated[int, Field(ge=0)] = 10_000
     backoff_base_seconds: Annotated[int, Field(ge=0)] = 2
     backoff_max_seconds: Annotated[int, Field(ge=0, le=43_200)] = 300
-    # Until the API has an authorizer, every caller is this tenant (enqueue_api.app.caller_tenant); "" refuses them.
-    open_access_tenant: str = "default"
     workspaces_root: str = "/tmp/agent-jobs/workspaces"
 
     # The payload bucket's lifecycle expiration (PayloadRetentionDays); None when not set (no check).
