@@ -902,6 +902,7 @@ def list_workspace_jobs(workspace_id: str) -> Response[Any]:
 )
 def read_openapi_document() -> Response[Any]:
     """Public: no tenant is derived and nothing is read but the registered routes."""
+    metrics.add_metric(name="OpenApiDocumentsRead", unit=MetricUnit.Count, value=1)
     return _json_response(HTTPStatus.OK, openapi_document())
 
 
