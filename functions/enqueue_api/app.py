@@ -693,7 +693,7 @@ def _resolve_handler_annotations() -> None:
     for route in app._static_routes + app._dynamic_routes:  # Powertools keeps no public list
         handler = route.func
         if hasattr(handler, "__wrapped__") and "__signature__" not in vars(handler):
-            handler.__signature__ = inspect.signature(handler, eval_str=True)
+            handler.__signature__ = inspect.signature(handler, eval_str=True)  # type: ignore[attr-defined]
 
 
 def _finish_document(document: dict[str, Any]) -> dict[str, Any]:

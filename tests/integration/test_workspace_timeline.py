@@ -6,7 +6,7 @@ from __future__ import annotations
 import base64
 import json
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pytest
@@ -22,7 +22,7 @@ OWNER = {"tenant_id": "tenant-a"}
 OTHER = {"tenant_id": "tenant-b"}
 
 
-def timeline_event(workspace_id: str, claims: dict[str, str] | None = None, **query: str) -> dict[str, Any]:
+def timeline_event(workspace_id: str, claims: dict[str, str] | None, query: Mapping[str, str]) -> dict[str, Any]:
     """`GET /workspaces/{workspaceId}/jobs` as API Gateway sends it, with the given query parameters."""
     event = get_event(workspace_id, claims=claims)
     event = _at_workspace(event, workspace_id, "GET")
@@ -42,7 +42,7 @@ class TimelineApi(WorkspaceApi):
         self.producer_guard = JobGuard(stack.services.dynamodb, stack.table_name, clock=self.clock)
 
     def timeline(self, workspace_id: str = "repo-alpha", claims: dict[str, str] | None = None, **query: str) -> Any:
-        return self.invoke(timeline_event(workspace_id, OWNER if claims is None else claims, **query))
+        return self.invoke(timeline_event(workspace_id, OWNER if claims is None else claims, query))
 
     def submit(
         self, *job_ids: str, workspace_id: str = "repo-alpha", tenant: str = "tenant-a", step: float = 1
@@ -67,7 +67,7 @@ class TimelineApi(WorkspaceApi):
         token: str | None = None
         while True:
             extra = {"nextToken": token} if token else {}
-            response = self.timeline(workspace_id, **query, **extra)
+            response = self.invoke(timeline_event(workspace_id, OWNER, {**query, **extra}))
             assert response.status == 200, response.body
             pages.append([job["jobId"] for job in response.body["jobs"]])
             token = response.body["nextToken"]

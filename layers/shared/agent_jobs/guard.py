@@ -149,12 +149,6 @@ def _reason_failed(reason: Mapping[str, Any]) -> bool:
     return reason.get("Code") == "ConditionalCheckFailed"
 
 
-def _applied_order(item: Mapping[str, Any]) -> tuple[int, int]:
-    """Jobs of one workspace take effect in SequenceNumber order (a decimal string); finishedAt breaks the rest."""
-    sequence = str(item.get("sequenceNumber") or "")
-    return (int(sequence) if sequence.isdigit() else -1, int(item.get("finishedAt") or 0))
-
-
 class JobGuard:
     """Conditional writes of job and workspace state in one DynamoDB table keyed by `pk`."""
 
@@ -641,12 +635,18 @@ class JobGuard:
                 status=str(JobStatus.SUCCEEDED),
             )
             if page.items:
-                return max(page.items, key=_applied_order)
+                return max(page.items, key=self._applied_order)
             evaluated += page_size
             key = page.next_key
             if key is None:
                 break
         return None
+
+    @staticmethod
+    def _applied_order(item: Mapping[str, Any]) -> tuple[int, int]:
+        """Jobs of one workspace take effect in SequenceNumber order (a decimal string); finishedAt breaks the rest."""
+        sequence = str(item.get("sequenceNumber") or "")
+        return (int(sequence) if sequence.isdigit() else -1, int(item.get("finishedAt") or 0))
 
     def _query_workspace(
         self,
