@@ -40,7 +40,6 @@ CHECKS = [
     not_a_server_error,
     status_code_conformance,
     content_type_conformance,
-    ignored_auth,
     response_schema_conformance,
     negative_data_rejection,
 ]
