@@ -34,7 +34,7 @@ import base64
 import binascii
 import inspect
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from http import HTTPStatus
 from typing import Any, Final
 from urllib.parse import unquote
@@ -612,7 +612,7 @@ _REFUSAL_DESCRIPTIONS: Final = {
 
 def answers(
     success: Mapping[int, tuple[str, type[BaseModel]]],
-    *refusals: int,
+    refusals: Sequence[int],
     models: Mapping[int, type[BaseModel]] | None = None,
 ) -> dict[int, OpenAPIResponse]:
     """A route's `responses`: each success status with its description and model, then each refusal status with
@@ -745,7 +745,7 @@ def _drop_unreferenced_schemas(document: dict[str, Any]) -> None:
     summary="Submit a job to a workspace",
     responses=answers(
         {202: ("Accepted, or already accepted with the same payload (`created` false).", JobAcceptedView)},
-        *(400, 401, 403, 409, 413, 415, 422, 503),
+        (400, 401, 403, 409, 413, 415, 422, 503),
         models={409: ConflictView},
     ),
     openapi_extensions=json_request_body(JobRequest, "A job: its jobId, workspaceId, type and the type's payload."),
@@ -771,7 +771,7 @@ def submit_job() -> Response[Any]:
 @app.get(
     "/jobs/<job_id>",
     summary="Read a job's state and history",
-    responses=answers({200: ("The job.", JobView)}, 401, 403, 404, 422, 503),
+    responses=answers({200: ("The job.", JobView)}, (401, 403, 404, 422, 503)),
 )
 @tracer.capture_method(capture_response=False)
 def read_job(job_id: str) -> Response[Any]:
@@ -793,7 +793,7 @@ def read_job(job_id: str) -> Response[Any]:
     summary="Register a workspace (or update its registration)",
     responses=answers(
         {201: ("Registered.", WorkspaceView), 200: ("Registration updated.", WorkspaceView)},
-        *(400, 401, 403, 413, 415, 422, 503),
+        (400, 401, 403, 413, 415, 422, 503),
     ),
     openapi_extensions=json_request_body(
         WorkspaceRegistration, "The git branch of a git remote the workspace works on."
@@ -824,7 +824,7 @@ def register_workspace(workspace_id: str) -> Response[Any]:
 @app.get(
     "/workspaces/<workspace_id>",
     summary="Read a workspace's registration, state and last applied job",
-    responses=answers({200: ("The workspace.", WorkspaceStatusView)}, 401, 403, 404, 422, 503),
+    responses=answers({200: ("The workspace.", WorkspaceStatusView)}, (401, 403, 404, 422, 503)),
 )
 @tracer.capture_method(capture_response=False)
 def read_workspace(workspace_id: str) -> Response[Any]:
@@ -846,7 +846,7 @@ def read_workspace(workspace_id: str) -> Response[Any]:
 @app.get(
     "/workspaces/<workspace_id>/jobs",
     summary="Read a workspace's timeline: its jobs, oldest accepted first, a page at a time",
-    responses=answers({200: ("A page of the timeline.", JobTimelineView)}, 400, 401, 403, 404, 422, 503),
+    responses=answers({200: ("A page of the timeline.", JobTimelineView)}, (400, 401, 403, 404, 422, 503)),
     openapi_extensions=query_parameters(
         {
             "name": "limit",
