@@ -626,6 +626,10 @@ def answers(
             "description": _REFUSAL_DESCRIPTIONS[status],
             "content": {JSON_MEDIA_TYPE: {"model": model}},
         }
+    if HTTPStatus.SERVICE_UNAVAILABLE in documented:
+        documented[HTTPStatus.SERVICE_UNAVAILABLE]["headers"] = {
+            "Retry-After": {"description": "Seconds to wait before retrying.", "schema": {"type": "string"}}
+        }
     return documented
 
 

@@ -334,3 +334,17 @@ def test_last_applied_job_is_found_behind_many_newer_jobs(api: TimelineApi) -> N
     api.submit(*(f"queued-{n:03}" for n in range(120)))
 
     assert read(api).body["lastAppliedJobId"] == "applied"
+
+
+def test_timeline_store_unavailable_is_503_with_retry_after(
+    server_api: TimelineApi, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a store the function cannot reach (its table is gone)
+    monkeypatch.setenv("TABLE_NAME", "no-such-table")
+    app.reset_services()
+
+    response = server_api.timeline()
+
+    assert response.status == 503
+    assert response.headers["Retry-After"] == "2"
+    assert "retry the same request" in response.body["message"]
