@@ -9,8 +9,12 @@
                          "githubRepository", "githubApiUrl"}; 201 registered, 200 updated; 403 another tenant's
                          workspace; 400, 413, 415, 422 a request to fix; 503 retry (registering is idempotent)
     GET  /workspaces/{workspaceId}
-                         200 the registration and the workspace's state (ACTIVE, HALTED, RESUMING); 403 another
-                         tenant's; 404 neither registered nor halted; 422 bad id
+                         200 the registration, the workspace's state (ACTIVE, HALTED, RESUMING) and lastAppliedJobId;
+                         403 another tenant's; 404 neither registered nor halted; 422 bad id
+    GET  /workspaces/{workspaceId}/jobs?limit=&nextToken=
+                         200 {"jobs": [job views, oldest accepted first], "nextToken": str | null}; 400 a nextToken
+                         this API did not issue for the workspace; 403, 404 as above; 422 bad id or limit
+    GET  /openapi.json   200 the OpenAPI document of these routes (no authentication)
 
 Tenancy: the caller's tenant comes from `caller_tenant` and nowhere else. It is the `tenant_id` claim of the verified
 JWT that the API's JWT authorizer puts at `requestContext.authorizer.jwt.claims` (API Gateway itself answers 401 to a
@@ -28,25 +32,31 @@ from __future__ import annotations
 
 import base64
 import binascii
+import inspect
 import json
+from collections.abc import Mapping, Sequence
 from http import HTTPStatus
 from typing import Any, Final
 from urllib.parse import unquote
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response, content_types
+from aws_lambda_powertools.event_handler.openapi.models import HTTPBearer
+from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
 from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEventV2
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from botocore.exceptions import ClientError, HTTPClientError
 from botocore.exceptions import ConnectionError as AwsConnectionError
-from pydantic import TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic.alias_generators import to_camel
 from pydantic_core import ErrorDetails
 
 from agent_jobs.models import (
     ApplyPatchJob,
     JobId,
+    JobRequest,
     JobType,
     OpenPrJob,
     RegisteredWorkspace,
@@ -105,7 +115,7 @@ PUBLIC_WORKSPACE_FIELDS: Final = (
     "githubApiUrl",
     "registeredAt",
 )
-PUBLIC_WORKSPACE_STATE_FIELDS: Final = ("state", "haltingJobId", "haltReason")
+PUBLIC_WORKSPACE_STATE_FIELDS: Final = ("state", "haltingJobId", "haltReason", "lastAppliedJobId")
 _JOB_SHAPE: Final = '{"jobId", "workspaceId", "type", "payload"}'
 _WORKSPACE_SHAPE: Final = '{"remoteUrl", "branch", ...}'
 _ALLOWED_TYPES: Final = ", ".join(job_type.value for job_type in JobType)
@@ -409,14 +419,20 @@ def public_workspace_view(workspace: RegisteredWorkspace) -> dict[str, Any]:
     return {name: view.get(name) for name in PUBLIC_WORKSPACE_FIELDS}
 
 
-def public_workspace_status_view(status: WorkspaceStatus) -> dict[str, Any]:
-    """The registration (its fields null when the workspace only carries halt state) and the workspace's state."""
+def public_workspace_status_view(status: WorkspaceStatus, last_applied_job_id: str | None = None) -> dict[str, Any]:
+    """The registration (its fields null when the workspace only carries halt state), the workspace's state and the
+    last job that took effect on it (null when unknown or none)."""
     if status.registered is not None:
         view = public_workspace_view(status.registered)
     else:
         view = dict.fromkeys(PUBLIC_WORKSPACE_FIELDS)
         view.update(workspaceId=status.workspace_id, tenantId=status.tenant_id)
-    view.update(state=str(status.state), haltingJobId=status.halting_job_id, haltReason=status.halt_reason)
+    view.update(
+        state=str(status.state),
+        haltingJobId=status.halting_job_id,
+        haltReason=status.halt_reason,
+        lastAppliedJobId=last_applied_job_id,
+    )
     return view
 
 
@@ -424,10 +440,332 @@ def workspace_registry(svc: Services) -> WorkspaceRegistry:
     return WorkspaceRegistry(svc.dynamodb, svc.settings.table_name)
 
 
+# ---- the workspace timeline ----------------------------------------------------------------------------------------
+
+PAGE_LIMIT_DEFAULT: Final = 25
+PAGE_LIMIT_MAX: Final = 100
+_NEXT_TOKEN_VERSION: Final = 1
+_NEXT_TOKEN_MAX_CHARS: Final = 2048
+_NEXT_TOKEN_CHARS: Final = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
+
+
+def page_limit(raw: str | None) -> int:
+    """The `limit` query parameter: 1..100, 25 when absent; otherwise a 422 naming the rule."""
+    if raw is None or raw == "":
+        return PAGE_LIMIT_DEFAULT
+    if not (raw.isascii() and raw.isdigit() and len(raw) <= 3 and 1 <= int(raw) <= PAGE_LIMIT_MAX):
+        raise RequestRefused(
+            HTTPStatus.UNPROCESSABLE_ENTITY,
+            "the limit query parameter is invalid",
+            [
+                {
+                    "field": "limit",
+                    "message": f"limit is a whole number from 1 to {PAGE_LIMIT_MAX} "
+                    f"(default {PAGE_LIMIT_DEFAULT}); got '{raw[:20]}'",
+                }
+            ],
+        )
+    return int(raw)
+
+
+def encode_next_token(workspace_id: str, key: Mapping[str, Any]) -> str:
+    """An opaque cursor: base64url JSON of where the index read stopped, bound to the workspace it was issued for."""
+    document = {"v": _NEXT_TOKEN_VERSION, "ws": workspace_id, "pk": key["pk"], "at": key["acceptedAt"]}
+    return base64.urlsafe_b64encode(json.dumps(document, separators=(",", ":")).encode()).decode().rstrip("=")
+
+
+def decode_next_token(token: str | None, workspace_id: str) -> dict[str, Any] | None:
+    """The index position a `nextToken` continues from, or a 400 when this API did not issue it for this workspace.
+
+    The token is not signed: a client that edits one can only move its own cursor within this workspace (the query
+    is always for the workspace in the path and the caller's own jobs), so what is checked is its shape and its
+    binding to the workspace, which also keeps a malformed key from ever reaching DynamoDB.
+    """
+    if token is None or token == "":
+        return None
+    refused = RequestRefused(
+        HTTPStatus.BAD_REQUEST,
+        f"the nextToken is not one this API issued for workspace '{workspace_id}'; pass the nextToken of the previous "
+        "page of this workspace's timeline unchanged, or leave it out to start from the oldest job",
+    )
+    if len(token) > _NEXT_TOKEN_MAX_CHARS or not set(token) <= _NEXT_TOKEN_CHARS:
+        raise refused
+    try:
+        document = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+    except (binascii.Error, ValueError):
+        raise refused from None
+    if not isinstance(document, dict) or set(document) != {"v", "ws", "pk", "at"}:
+        raise refused
+    pk, accepted_at = document["pk"], document["at"]
+    if (
+        document["v"] != _NEXT_TOKEN_VERSION
+        or document["ws"] != workspace_id
+        or not isinstance(pk, str)
+        or not 0 < len(pk) <= 1024
+        or not isinstance(accepted_at, int)
+        or isinstance(accepted_at, bool)
+        or not 0 <= accepted_at < 10**15
+    ):
+        raise refused
+    return {"pk": pk, "workspaceId": workspace_id, "acceptedAt": accepted_at}
+
+
+# ---- the OpenAPI document ------------------------------------------------------------------------------------------
+#
+# Generated by Powertools from the registered routes (so a route added later is listed without further work), with
+# Powertools' request validation left off: the handlers parse their requests themselves and answer 400/413/415/422
+# with their own messages and `errors` lists. What a handler parses itself is declared next to its route:
+# `json_request_body(model, ...)` for a JSON body and `query_parameters(...)` for query parameters, both passed as the
+# route's `openapi_extensions`; each answer is declared in the route's `responses` (`answers(...)`).
+
+OPENAPI_PATH: Final = "/openapi.json"
+SECURITY_SCHEME: Final = "bearerAuth"
+_COMPONENT_REF: Final = "#/components/schemas/{model}"
+_QUERY_PARAMETERS_KEY: Final = "x-query-parameters"
+_body_schemas: dict[str, Any] = {}
+_openapi_document: dict[str, Any] | None = None
+
+
+class _View(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
+
+
+class FieldErrorView(_View):
+    field: str = Field(description="The field's camelCase path in the body (`payload.patch`), or a parameter name.")
+    message: str
+
+
+class ErrorView(_View):
+    message: str = Field(description="What went wrong and what to do about it.")
+    errors: list[FieldErrorView] | None = Field(default=None, description="One entry per invalid field (422).")
+
+
+class ConflictView(_View):
+    message: str
+    job_id: str
+
+
+class JobAcceptedView(_View):
+    job_id: str
+    status: str
+    message_id: str | None
+    sequence_number: str | None
+    created: bool = Field(description="False when this repeated a job already accepted with the same payload.")
+
+
+class JobView(_View):
+    """A job as its tenant sees it. Every field is present; a field not recorded yet is null."""
+
+    job_id: str | None = Field(description="Null only for a rejected message that named no usable jobId.")
+    workspace_id: str | None
+    tenant_id: str | None
+    type: str | None
+    status: str | None = Field(description="QUEUED, IN_FLIGHT, SUCCEEDED, FAILED, DEAD, REJECTED, PARKED or SKIPPED.")
+    attempt: int | None
+    accepted_at: int | None = Field(description="Epoch milliseconds.")
+    updated_at: int | None
+    finished_at: int | None
+    message_id: str | None
+    sequence_number: str | None = Field(description="The queue's SequenceNumber: the order jobs take effect in.")
+    result: dict[str, Any] | None
+    error: str | None
+    history: list[dict[str, Any]] | None
+
+
+class JobTimelineView(_View):
+    jobs: list[JobView] = Field(description="Oldest accepted first.")
+    next_token: str | None = Field(description="Pass as nextToken for the next page; null on the last page.")
+
+
+class WorkspaceView(_View):
+    workspace_id: str
+    tenant_id: str
+    remote_url: str
+    branch: str
+    base_branch: str
+    test_commands: dict[str, list[str]]
+    token_parameter: str | None
+    github_repository: str | None
+    github_api_url: str | None
+    registered_at: int
+
+
+class WorkspaceStatusView(_View):
+    """The registration (null fields when the workspace only carries halt state) and the workspace's state."""
+
+    workspace_id: str
+    tenant_id: str | None
+    remote_url: str | None
+    branch: str | None
+    base_branch: str | None
+    test_commands: dict[str, list[str]] | None
+    token_parameter: str | None
+    github_repository: str | None
+    github_api_url: str | None
+    registered_at: int | None
+    state: str = Field(description="ACTIVE, HALTED or RESUMING.")
+    halting_job_id: str | None
+    halt_reason: str | None
+    last_applied_job_id: str | None = Field(description="The newest job that SUCCEEDED on the workspace.")
+
+
+_REFUSAL_DESCRIPTIONS: Final = {
+    400: "The body or a query parameter cannot be read; the message says what to send.",
+    401: "No valid bearer token.",
+    403: "Another tenant's resource, or a token without the tenant or scope the action needs.",
+    404: "Not found; the message says how to create it.",
+    409: "Conflicts with what is recorded; the message says why.",
+    413: "The body is over the size limit.",
+    415: "The body is not JSON.",
+    422: "A field or parameter is invalid; `errors` names each one.",
+    503: "The job store or queue is unavailable; retry the same request (see Retry-After).",
+}
+
+
+def answers(
+    success: Mapping[int, tuple[str, type[BaseModel]]],
+    refusals: Sequence[int],
+    models: Mapping[int, type[BaseModel]] | None = None,
+) -> dict[int, OpenAPIResponse]:
+    """A route's `responses`: each success status with its description and model, then each refusal status with
+    the API's error answer (`{"message", "errors"?}`) unless `models` names another model for it."""
+    documented: dict[int, OpenAPIResponse] = {}
+    for status, (description, model) in success.items():
+        documented[status] = {"description": description, "content": {JSON_MEDIA_TYPE: {"model": model}}}
+    for status in refusals:
+        model = (models or {}).get(status, ErrorView)
+        documented[status] = {
+            "description": _REFUSAL_DESCRIPTIONS[status],
+            "content": {JSON_MEDIA_TYPE: {"model": model}},
+        }
+    if HTTPStatus.SERVICE_UNAVAILABLE in documented:
+        documented[HTTPStatus.SERVICE_UNAVAILABLE]["headers"] = {
+            "Retry-After": {"description": "Seconds to wait before retrying.", "schema": {"type": "string"}}
+        }
+    return documented
+
+
+def json_request_body(schema_type: Any, description: str) -> dict[str, Any]:
+    """`openapi_extensions` declaring a route's JSON request body, for a handler that parses the body itself.
+
+    `schema_type` is a pydantic model or type (a discriminated union of models, say); its schema, with the models it
+    refers to, joins the document's components.
+    """
+    schema = TypeAdapter(schema_type).json_schema(ref_template=_COMPONENT_REF, by_alias=True)
+    definitions = schema.pop("$defs", {})
+    title = schema.get("title")
+    if schema.get("type") == "object" and isinstance(title, str):
+        definitions[title] = schema
+        schema = {"$ref": _COMPONENT_REF.format(model=title)}
+    for name, definition in definitions.items():
+        if _body_schemas.setdefault(name, definition) != definition:
+            raise ValueError(f"two request body schemas are named {name!r}; rename one of the models")
+    return {
+        "requestBody": {
+            "required": True,
+            "description": description,
+            "content": {JSON_MEDIA_TYPE: {"schema": schema}},
+        }
+    }
+
+
+def query_parameters(*parameters: Mapping[str, Any]) -> dict[str, Any]:
+    """`openapi_extensions` declaring query parameters (OpenAPI parameter objects without `in`) that a handler reads
+    from the event itself."""
+    return {_QUERY_PARAMETERS_KEY: [{"in": "query", **parameter} for parameter in parameters]}
+
+
+def openapi_document() -> dict[str, Any]:
+    """The OpenAPI 3.1 document of every registered route, built once per environment."""
+    global _openapi_document  # noqa: PLW0603
+    if _openapi_document is None:
+        _resolve_handler_annotations()
+        generated = app.get_openapi_json_schema(
+            title="Agent Jobs API",
+            version="1",
+            description=(
+                "An ordered, exactly-once job queue for coding agents: submit jobs to a workspace, read their state "
+                "and the workspace's timeline. Send `Authorization: Bearer <JWT>`; the token's `tenant_id` claim is "
+                "the tenant."
+            ),
+            security_schemes={
+                SECURITY_SCHEME: HTTPBearer(
+                    bearerFormat="JWT", description="A JWT with the `tenant_id` claim (and `scope` for operators)."
+                )
+            },
+            security=[{SECURITY_SCHEME: []}],
+        )
+        _openapi_document = _finish_document(json.loads(generated))
+    return _openapi_document
+
+
+def _resolve_handler_annotations() -> None:
+    """Give each route handler wrapped by a decorator (the tracer's) its signature with annotations resolved.
+
+    Powertools reads a handler's annotations through the wrapper, resolving the strings that `from __future__ import
+    annotations` leaves in the wrapper's module (the tracer's), where `Response` is unknown; the signature of the
+    wrapped function, evaluated in this module, is what the handler really has.
+    """
+    for route in app._static_routes + app._dynamic_routes:  # Powertools keeps no public list
+        handler = route.func
+        if hasattr(handler, "__wrapped__") and "__signature__" not in vars(handler):
+            handler.__signature__ = inspect.signature(handler, eval_str=True)  # type: ignore[attr-defined]
+
+
+def _finish_document(document: dict[str, Any]) -> dict[str, Any]:
+    """What Powertools leaves to the handlers: path parameters named as API Gateway names them (`{jobId}`) with the
+    id rules, the declared query parameters, and the request body models among the components."""
+    components = document.setdefault("components", {}).setdefault("schemas", {})
+    for name, schema in _body_schemas.items():
+        if components.setdefault(name, schema) != schema:
+            raise ValueError(f"a request body schema and a response schema are both named {name!r}")
+    paths: dict[str, Any] = {}
+    for path, operations in (document.get("paths") or {}).items():
+        for operation in operations.values():
+            parameters = operation.get("parameters", [])
+            for parameter in parameters:
+                if parameter.get("in") == "path":
+                    parameter["name"] = to_camel(parameter["name"])
+                    if parameter["name"] in _ID_FIELDS:
+                        parameter["schema"] = _ID_FIELDS[parameter["name"]].json_schema()
+            parameters.extend(operation.pop(_QUERY_PARAMETERS_KEY, []))
+            if parameters:
+                operation["parameters"] = parameters
+        segments = [
+            f"{{{to_camel(segment[1:-1])}}}" if segment.startswith("{") else segment for segment in path.split("/")
+        ]
+        paths["/".join(segments)] = operations
+    document["paths"] = paths
+    _drop_unreferenced_schemas(document)
+    return document
+
+
+def _drop_unreferenced_schemas(document: dict[str, Any]) -> None:
+    """Powertools adds its request validation error models even with validation off; this API never answers them."""
+    schemas: dict[str, Any] = document["components"]["schemas"]
+    while True:
+        text = json.dumps({**document, "components": {**document["components"], "schemas": {}}})
+        referenced = text + json.dumps(schemas)
+        unused = [name for name in schemas if f'"{_COMPONENT_REF.format(model=name)}"' not in referenced]
+        if not unused:
+            return
+        for name in unused:
+            del schemas[name]
+
+
 # ---- routes --------------------------------------------------------------------------------------------------------
 
 
-@app.post("/jobs")
+@app.post(
+    "/jobs",
+    summary="Submit a job to a workspace",
+    responses=answers(
+        {202: ("Accepted, or already accepted with the same payload (`created` false).", JobAcceptedView)},
+        (400, 401, 403, 409, 413, 415, 422, 503),
+        models={409: ConflictView},
+    ),
+    openapi_extensions=json_request_body(JobRequest, "A job: its jobId, workspaceId, type and the type's payload."),
+)
 @tracer.capture_method(capture_response=False)
 def submit_job() -> Response[Any]:
     svc = services()
@@ -459,7 +797,11 @@ def submit_job() -> Response[Any]:
     return _json_response(HTTPStatus.ACCEPTED, result.as_response(), headers={"Location": f"/jobs/{job.job_id}"})
 
 
-@app.get("/jobs/<job_id>")
+@app.get(
+    "/jobs/<job_id>",
+    summary="Read a job's state and history",
+    responses=answers({200: ("The job.", JobView)}, (401, 403, 404, 422, 503)),
+)
 @tracer.capture_method(capture_response=False)
 def read_job(job_id: str) -> Response[Any]:
     svc = services()
@@ -475,7 +817,17 @@ def read_job(job_id: str) -> Response[Any]:
     return _json_response(HTTPStatus.OK, public_job_view(item))
 
 
-@app.put("/workspaces/<workspace_id>")
+@app.put(
+    "/workspaces/<workspace_id>",
+    summary="Register a workspace (or update its registration)",
+    responses=answers(
+        {201: ("Registered.", WorkspaceView), 200: ("Registration updated.", WorkspaceView)},
+        (400, 401, 403, 413, 415, 422, 503),
+    ),
+    openapi_extensions=json_request_body(
+        WorkspaceRegistration, "The git branch of a git remote the workspace works on."
+    ),
+)
 @tracer.capture_method(capture_response=False)
 def register_workspace(workspace_id: str) -> Response[Any]:
     svc = services()
@@ -498,13 +850,93 @@ def register_workspace(workspace_id: str) -> Response[Any]:
     )
 
 
-@app.get("/workspaces/<workspace_id>")
+@app.get(
+    "/workspaces/<workspace_id>",
+    summary="Read a workspace's registration, state and last applied job",
+    responses=answers({200: ("The workspace.", WorkspaceStatusView)}, (401, 403, 404, 422, 503)),
+)
 @tracer.capture_method(capture_response=False)
 def read_workspace(workspace_id: str) -> Response[Any]:
+    """The workspace's registration and state, and `lastAppliedJobId`: derived at read time (the worker writes
+    nothing for it), at the cost of one Query of the GSI `byWorkspace` besides the GetItem of the workspace item
+    (see `JobGuard.last_succeeded_job`)."""
     svc = services()
     tenant = caller_tenant(app.current_event, svc.settings)
     workspace_id = _valid_path_id("workspaceId", workspace_id)
     logger.append_keys(workspace_id=workspace_id, tenant_id=tenant)
+    status = _visible_workspace(svc, workspace_id, tenant)
+    last_applied = svc.guard.last_succeeded_job(workspace_id, tenant)
+    metrics.add_metric(name="WorkspacesRead", unit=MetricUnit.Count, value=1)
+    return _json_response(
+        HTTPStatus.OK, public_workspace_status_view(status, last_applied.get("jobId") if last_applied else None)
+    )
+
+
+@app.get(
+    "/workspaces/<workspace_id>/jobs",
+    summary="Read a workspace's timeline: its jobs, oldest accepted first, a page at a time",
+    responses=answers({200: ("A page of the timeline.", JobTimelineView)}, (400, 401, 403, 404, 422, 503)),
+    openapi_extensions=query_parameters(
+        {
+            "name": "limit",
+            "required": False,
+            "description": f"Jobs per page, 1 to {PAGE_LIMIT_MAX}.",
+            "schema": {"type": "integer", "minimum": 1, "maximum": PAGE_LIMIT_MAX, "default": PAGE_LIMIT_DEFAULT},
+        },
+        {
+            "name": "nextToken",
+            "required": False,
+            "description": "The previous page's nextToken (opaque); leave it out for the first page.",
+            "schema": {"type": "string"},
+        },
+    ),
+)
+@tracer.capture_method(capture_response=False)
+def list_workspace_jobs(workspace_id: str) -> Response[Any]:
+    """The workspace's jobs in the order the API accepted them (the GSI `byWorkspace`, sorted by acceptedAt).
+
+    acceptedAt, not the queue's SequenceNumber, is the order: every job record has it from the moment it is
+    recorded (a SequenceNumber only once sent; a rejected message's record has none), so no accepted job is left out
+    of the timeline, and it needs no second index. The price: acceptedAt is the producer's clock, taken just before
+    the send, so two jobs submitted to one workspace at the same moment by different callers can be listed in the
+    other order than the queue runs them, and ties keep an arbitrary but stable order. Jobs submitted one after the
+    other (each after the previous one's 202) are listed in queue order. Each view carries its `sequenceNumber`,
+    the order jobs take effect in.
+    """
+    svc = services()
+    tenant = caller_tenant(app.current_event, svc.settings)
+    workspace_id = _valid_path_id("workspaceId", workspace_id)
+    logger.append_keys(workspace_id=workspace_id, tenant_id=tenant)
+    query = app.current_event.query_string_parameters or {}
+    limit = page_limit(query.get("limit"))
+    start_key = decode_next_token(query.get("nextToken"), workspace_id)
+    _visible_workspace(svc, workspace_id, tenant)
+    page = svc.guard.workspace_jobs(
+        workspace_id, tenant, limit=limit, start_key=start_key, attributes=PUBLIC_JOB_FIELDS
+    )
+    next_token = encode_next_token(workspace_id, page.next_key) if page.next_key is not None else None
+    metrics.add_metric(name="TimelinesRead", unit=MetricUnit.Count, value=1)
+    return _json_response(
+        HTTPStatus.OK, {"jobs": [public_job_view(item) for item in page.items], "nextToken": next_token}
+    )
+
+
+@app.get(
+    OPENAPI_PATH,
+    summary="This API's OpenAPI document",
+    responses={
+        200: {"description": "The OpenAPI 3.1 document.", "content": {JSON_MEDIA_TYPE: {"schema": {"type": "object"}}}}
+    },
+    openapi_extensions={"security": []},
+)
+def read_openapi_document() -> Response[Any]:
+    """Public: no tenant is derived and nothing is read but the registered routes."""
+    metrics.add_metric(name="OpenApiDocumentsRead", unit=MetricUnit.Count, value=1)
+    return _json_response(HTTPStatus.OK, openapi_document())
+
+
+def _visible_workspace(svc: Services, workspace_id: str, tenant: str) -> WorkspaceStatus:
+    """The workspace's status if `tenant` owns it; 404 when nobody may see it, 403 when another tenant owns it."""
     status = workspace_registry(svc).status(workspace_id)
     # An item nobody owns (halted by a message that named no tenant) is shown to no one until a tenant registers it.
     if (
@@ -518,8 +950,7 @@ def read_workspace(workspace_id: str) -> Response[Any]:
         )
     if status.tenant_id != tenant:
         raise RequestRefused(HTTPStatus.FORBIDDEN, f"workspace '{workspace_id}' belongs to another tenant")
-    metrics.add_metric(name="WorkspacesRead", unit=MetricUnit.Count, value=1)
-    return _json_response(HTTPStatus.OK, public_workspace_status_view(status))
+    return status
 
 
 @app.exception_handler(RequestRefused)  # type: ignore[untyped-decorator]  # Powertools leaves it unannotated

@@ -15,6 +15,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
+from agent_jobs.guard import WORKSPACE_INDEX
 from agent_jobs_local.template import (
     DEFAULT_TEMPLATE_PATH,
     AwsClients,
@@ -251,9 +252,13 @@ def test_policies_grant_what_each_function_needs(template: Template) -> None:
         "dynamodb:UpdateItem",
         "dynamodb:GetItem",
         "dynamodb:ConditionCheckItem",
+        "dynamodb:Query",
         "sqs:SendMessage",
         "s3:PutObject",
     }
+    # the API queries the workspace index only, never the table or another index
+    api_query = next(s for s in _statements(template, "EnqueueApiFunction") if "dynamodb:Query" in s["Action"])
+    assert api_query["Resource"] == {"Fn::Sub": "${JobsTable.Arn}/index/byWorkspace"}
     assert actions("JobWorkerFunction") == {
         "dynamodb:UpdateItem",
         "dynamodb:PutItem",
@@ -390,7 +395,7 @@ def test_jobs_queue_accepts_1_mib_messages(model: TemplateModel) -> None:
 def test_table_indexes_jobs_by_workspace(model: TemplateModel) -> None:
     (index,) = model.table_create_kwargs()["GlobalSecondaryIndexes"]
     assert index == {
-        "IndexName": "byWorkspace",
+        "IndexName": WORKSPACE_INDEX,
         "KeySchema": [
             {"AttributeName": "workspaceId", "KeyType": "HASH"},
             {"AttributeName": "acceptedAt", "KeyType": "RANGE"},
@@ -414,6 +419,8 @@ def test_api_routes_post_and_get_jobs(template: Template) -> None:
         ("GET", "/jobs/{jobId}"),
         ("PUT", "/workspaces/{workspaceId}"),
         ("GET", "/workspaces/{workspaceId}"),
+        ("GET", "/workspaces/{workspaceId}/jobs"),
+        ("GET", "/openapi.json"),
     }
     assert all(e["Properties"]["ApiId"] == {"Ref": "JobsHttpApi"} for e in events)
 

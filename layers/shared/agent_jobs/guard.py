@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import secrets
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from enum import StrEnum
@@ -92,6 +92,18 @@ class AcceptOutcome(StrEnum):
 class AcceptResult:
     outcome: AcceptOutcome
     item: Item = field(default_factory=dict)
+
+
+# The table's GSI of job records by workspace, in acceptance order (template.yaml: workspaceId HASH, acceptedAt RANGE).
+WORKSPACE_INDEX = "byWorkspace"
+
+
+@dataclass(frozen=True)
+class JobPage:
+    """One page of a workspace's job records, and where the next page starts (None: there is no next page)."""
+
+    items: list[Item]
+    next_key: Item | None
 
 
 def to_item(raw: Mapping[str, Any]) -> Item:
@@ -591,6 +603,121 @@ class JobGuard:
         )
         raw = response.get("Item")
         return to_item(raw) if raw else None
+
+    def workspace_jobs(
+        self,
+        workspace_id: str,
+        tenant_id: str,
+        *,
+        limit: int,
+        start_key: Mapping[str, Any] | None = None,
+        attributes: Sequence[str] | None = None,
+        max_queries: int = 10,
+    ) -> JobPage:
+        """A page of the workspace's job records of `tenant_id`, oldest accepted first (the GSI `byWorkspace`).
+
+        At most `limit` items; `next_key` (the index's LastEvaluatedKey, plain values: pk, workspaceId, acceptedAt)
+        continues after the last item read, None at the end. Records of other tenants that name this workspace are
+        read and left out, so a page can hold fewer than `limit` items while `next_key` is not None; the read stops
+        after `max_queries` Query calls to keep one page's cost bounded. `attributes` limits the attributes returned.
+        Reads of a GSI are eventually consistent: a job accepted a moment ago can be missing for a moment.
+        """
+        items: list[Item] = []
+        key: Mapping[str, Any] | None = start_key
+        for _ in range(max_queries):
+            page = self._query_workspace(
+                workspace_id,
+                tenant_id,
+                limit=limit - len(items),
+                start_key=key,
+                attributes=attributes,
+                newest_first=False,
+            )
+            items.extend(page.items)
+            key = page.next_key
+            if key is None or len(items) >= limit:
+                break
+        return JobPage(items=items, next_key=dict(key) if key is not None else None)
+
+    def last_succeeded_job(self, workspace_id: str, tenant_id: str, *, max_items: int = 300) -> Item | None:
+        """The workspace's most recently applied job of `tenant_id`: the SUCCEEDED job with the highest SequenceNumber
+        among the newest accepted records, or None if none of the newest `max_items` records SUCCEEDED.
+
+        Derived at read time so that the worker's happy path stays two writes (claim, complete) and no read. Cost: a
+        Query of the GSI `byWorkspace`, newest first, filtered on SUCCEEDED, in pages of 100 records until a page
+        holds a SUCCEEDED job: usually one call reading the newest records of the workspace, at most
+        ceil(max_items / 100) calls (each reads up to 100 records or 1 MB, billed by their size, eventually
+        consistent). Jobs of one workspace take effect in SequenceNumber order, so within the page that holds
+        SUCCEEDED jobs the highest SequenceNumber is the last applied even when acceptedAt ties or two producers'
+        clocks disagree.
+        """
+        key: Mapping[str, Any] | None = None
+        evaluated = 0
+        while evaluated < max_items:
+            page_size = min(100, max_items - evaluated)
+            page = self._query_workspace(
+                workspace_id,
+                tenant_id,
+                limit=page_size,
+                start_key=key,
+                attributes=("jobId", "sequenceNumber", "finishedAt", "status"),
+                newest_first=True,
+                status=str(JobStatus.SUCCEEDED),
+            )
+            if page.items:
+                return max(page.items, key=self._applied_order)
+            evaluated += page_size
+            key = page.next_key
+            if key is None:
+                break
+        return None
+
+    @staticmethod
+    def _applied_order(item: Mapping[str, Any]) -> tuple[int, int]:
+        """Jobs of one workspace take effect in SequenceNumber order (a decimal string); finishedAt breaks the rest."""
+        sequence = str(item.get("sequenceNumber") or "")
+        return (int(sequence) if sequence.isdigit() else -1, int(item.get("finishedAt") or 0))
+
+    def _query_workspace(
+        self,
+        workspace_id: str,
+        tenant_id: str,
+        *,
+        limit: int,
+        start_key: Mapping[str, Any] | None,
+        attributes: Sequence[str] | None,
+        newest_first: bool,
+        status: str | None = None,
+    ) -> JobPage:
+        names = {"#tenant": "tenantId"}
+        values: dict[str, Any] = {":wid": workspace_id, ":tid": tenant_id}
+        condition = "#tenant = :tid"
+        if status is not None:
+            names["#status"] = "status"
+            values[":status"] = status
+            condition += " AND #status = :status"
+        request: dict[str, Any] = {
+            "TableName": self._table,
+            "IndexName": WORKSPACE_INDEX,
+            "KeyConditionExpression": "workspaceId = :wid",
+            "FilterExpression": condition,
+            "ExpressionAttributeNames": names,
+            "ExpressionAttributeValues": _wire(values),
+            "ScanIndexForward": not newest_first,
+            "Limit": max(1, limit),
+        }
+        if attributes:
+            # Every name through a placeholder: status, type, result and error are DynamoDB reserved words.
+            projected = {f"#a{index}": name for index, name in enumerate(attributes)}
+            names.update(projected)
+            request["ProjectionExpression"] = ", ".join(projected)
+        if start_key is not None:
+            request["ExclusiveStartKey"] = _wire(start_key)
+        response = self._client.query(**request)
+        last = response.get("LastEvaluatedKey")
+        return JobPage(
+            items=[to_item(raw) for raw in response.get("Items", [])], next_key=to_item(last) if last else None
+        )
 
     # ---- internals -----------------------------------------------------------------------------------------------
 

@@ -1,0 +1,192 @@
+"""The OpenAPI document (`GET /openapi.json`): generated from the registered routes, public, and complete: every route
+of the template's HTTP API with its methods, its request body and every status it answers."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from openapi_spec_validator import validate
+
+from agent_jobs_local.api_server import http_api_routes
+from agent_jobs_local.event_source import LambdaContextStub
+from agent_jobs_local.template import TemplateModel, load_template
+from enqueue_api import app
+from tests.conftest import Stack
+from tests.integration.test_enqueue_api import Api, load_event, post_event, use_environment
+
+POWERTOOLS_DEFAULT_DESCRIPTION = "Successful Response"
+
+
+def openapi_event(claims: dict[str, str] | None = None) -> dict[str, Any]:
+    event = load_event("http_get_job.json")
+    event["requestContext"]["requestId"] = uuid.uuid4().hex
+    event["routeKey"] = event["requestContext"]["routeKey"] = "GET /openapi.json"
+    event["rawPath"] = event["requestContext"]["http"]["path"] = "/openapi.json"
+    event.pop("pathParameters")
+    if claims is not None:
+        event["requestContext"]["authorizer"] = {"jwt": {"claims": claims, "scopes": None}}
+    return event
+
+
+def served_document(event: dict[str, Any]) -> tuple[int, Any]:
+    response = app.lambda_handler(event, LambdaContextStub(timeout_seconds=10, function_name="EnqueueApiFunction"))
+    return response["statusCode"], json.loads(response["body"])
+
+
+@pytest.fixture
+def document(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
+    """The document as the API serves it to a caller without any token, open access switched off."""
+    monkeypatch.setenv("TABLE_NAME", "unused")
+    monkeypatch.setenv("QUEUE_URL", "unused")
+    monkeypatch.setenv("OPEN_ACCESS_TENANT", "")
+    monkeypatch.setattr(app.metrics, "namespace", "AgentJobsTest")
+    app.reset_services()
+    status, body = served_document(openapi_event())
+    assert status == 200
+    yield body
+    app.reset_services()
+
+
+def operations(document: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
+    return {
+        (method.upper(), path): operation
+        for path, path_item in document["paths"].items()
+        for method, operation in path_item.items()
+    }
+
+
+def test_openapi_lists_every_route_of_the_templates_api_with_its_methods(document: dict[str, Any]) -> None:
+    model = TemplateModel(load_template())
+    template_routes = {(route.method, route.path) for route in http_api_routes(model)}
+
+    assert set(operations(document)) == template_routes
+
+
+def test_openapi_documents_every_operations_answers(document: dict[str, Any]) -> None:
+    # A route registered without `responses` gets Powertools' default "Successful Response" with an empty schema.
+    for key, operation in operations(document).items():
+        responses = operation["responses"]
+        assert responses, key
+        for status, response in responses.items():
+            assert response["description"] != POWERTOOLS_DEFAULT_DESCRIPTION, (key, status)
+            assert response["content"]["application/json"]["schema"], (key, status)
+        if key != ("GET", "/openapi.json"):
+            assert any(status.startswith("4") for status in responses), key
+
+
+def test_openapi_status_codes_are_those_each_route_answers(document: dict[str, Any]) -> None:
+    statuses = {key: set(operation["responses"]) for key, operation in operations(document).items()}
+
+    assert statuses[("POST", "/jobs")] == {"202", "400", "401", "403", "409", "413", "415", "422", "503"}
+    assert statuses[("GET", "/jobs/{jobId}")] == {"200", "401", "403", "404", "422", "503"}
+    assert statuses[("PUT", "/workspaces/{workspaceId}")] == {
+        *("200", "201", "400", "401", "403", "413", "415", "422", "503")
+    }
+    assert statuses[("GET", "/workspaces/{workspaceId}")] == {"200", "401", "403", "404", "422", "503"}
+    assert statuses[("GET", "/workspaces/{workspaceId}/jobs")] == {"200", "400", "401", "403", "404", "422", "503"}
+    assert statuses[("GET", "/openapi.json")] == {"200"}
+
+
+def test_openapi_is_a_valid_openapi_31_document(document: dict[str, Any]) -> None:
+    validate(document)
+    assert document["openapi"].startswith("3.1")
+
+
+def test_openapi_is_public_and_everything_else_needs_a_bearer_jwt(document: dict[str, Any]) -> None:
+    assert document["components"]["securitySchemes"]["bearerAuth"] == {
+        "type": "http",
+        "scheme": "bearer",
+        "bearerFormat": "JWT",
+        "description": document["components"]["securitySchemes"]["bearerAuth"]["description"],
+    }
+    assert document["security"] == [{"bearerAuth": []}]
+    for key, operation in operations(document).items():
+        assert ("security" in operation) == (key == ("GET", "/openapi.json")), key
+    assert operations(document)[("GET", "/openapi.json")]["security"] == []
+
+
+def test_openapi_is_served_the_same_with_or_without_a_token(document: dict[str, Any]) -> None:
+    status, body = served_document(openapi_event(claims={"tenant_id": "tenant-a"}))
+
+    assert status == 200
+    assert body == document
+
+
+def test_openapi_describes_the_job_request_union(document: dict[str, Any]) -> None:
+    body = operations(document)[("POST", "/jobs")]["requestBody"]
+    schema = body["content"]["application/json"]["schema"]
+    components = document["components"]["schemas"]
+
+    assert body["required"] is True
+    assert schema["discriminator"]["propertyName"] == "type"
+    assert schema["discriminator"]["mapping"] == {
+        "apply_patch": "#/components/schemas/ApplyPatchJob",
+        "run_tests": "#/components/schemas/RunTestsJob",
+        "open_pr": "#/components/schemas/OpenPrJob",
+    }
+    assert [ref["$ref"] for ref in schema["oneOf"]] == [
+        "#/components/schemas/ApplyPatchJob",
+        "#/components/schemas/RunTestsJob",
+        "#/components/schemas/OpenPrJob",
+    ]
+    apply_patch = components["ApplyPatchJob"]
+    assert set(apply_patch["required"]) == {"jobId", "workspaceId", "type", "payload"}
+    assert apply_patch["additionalProperties"] is False  # tenantId in a body is refused
+    assert components["ApplyPatchPayload"]["properties"]["commitMessage"]["minLength"] == 1
+
+
+def test_openapi_describes_the_workspace_registration_and_path_ids(document: dict[str, Any]) -> None:
+    operation = operations(document)[("PUT", "/workspaces/{workspaceId}")]
+    registration = document["components"]["schemas"]["WorkspaceRegistration"]
+
+    assert operation["requestBody"]["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/WorkspaceRegistration"
+    }
+    assert set(registration["required"]) == {"remoteUrl", "branch"}
+    (parameter,) = operation["parameters"]
+    assert (parameter["name"], parameter["in"], parameter["required"]) == ("workspaceId", "path", True)
+    assert parameter["schema"]["pattern"] == "^[A-Za-z0-9][A-Za-z0-9._-]*$"
+    assert parameter["schema"]["maxLength"] == 100
+
+
+def test_openapi_describes_the_timeline_query(document: dict[str, Any]) -> None:
+    operation = operations(document)[("GET", "/workspaces/{workspaceId}/jobs")]
+    query = {parameter["name"]: parameter for parameter in operation["parameters"] if parameter["in"] == "query"}
+    timeline = document["components"]["schemas"]["JobTimelineView"]
+
+    assert query["limit"]["schema"] == {"type": "integer", "minimum": 1, "maximum": 100, "default": 25}
+    assert query["nextToken"]["schema"] == {"type": "string"}
+    assert set(timeline["required"]) == {"jobs", "nextToken"}
+    assert set(document["components"]["schemas"]["WorkspaceStatusView"]["properties"]) >= {"lastAppliedJobId"}
+
+
+def test_openapi_job_view_names_every_public_field(document: dict[str, Any]) -> None:
+    job_view = document["components"]["schemas"]["JobView"]
+
+    assert set(job_view["properties"]) == set(app.PUBLIC_JOB_FIELDS)
+    assert set(job_view["required"]) == set(app.PUBLIC_JOB_FIELDS)
+
+
+def test_openapi_leaves_the_apis_own_validation_answers_in_place(
+    any_stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given the API as deployed (the document is generated from the same resolver)
+    use_environment(monkeypatch, any_stack.env("EnqueueApiFunction"))
+    monkeypatch.setattr(app.metrics, "namespace", "AgentJobsTest")
+    api = Api(any_stack)
+    app.openapi_document()
+
+    # When a job with an invalid field and one with an unknown type arrive
+    invalid = api.invoke(post_event({"jobId": "job-1", "workspaceId": "ws-a", "type": "open_pr", "payload": {}}))
+    unknown = api.invoke(post_event({"jobId": "job-1", "workspaceId": "ws-a", "type": "rm_rf", "payload": {}}))
+
+    # Then the answers are the API's own (message and errors by camelCase field), not Powertools' validation answers
+    assert invalid.status == 422
+    assert invalid.field_errors() == {"payload.title": "Field required"}
+    assert "detail" not in invalid.body
+    assert unknown.status == 422
+    assert unknown.field_errors()["type"].startswith("unknown job type 'rm_rf'")
