@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from agent_jobs.guard import AcceptOutcome, JobGuard
+from agent_jobs.guard import AcceptOutcome, JobGuard, _wire
 from agent_jobs.models import JobStatus, job_message
 from enqueue_api import app
 from tests.conftest import ManualClock, Stack, make_job
@@ -50,7 +50,29 @@ class TimelineApi(WorkspaceApi):
         """Record jobs as the producer does before sending them (the timeline reads the records, not the queue)."""
         for job_id in job_ids:
             self.clock.advance(step)
-            accepted = self.producer_guard.record_accepted(job_message(make_job(job_id, workspace_id), tenant))
+            message = job_message(make_job(job_id, workspace_id), tenant)
+            accepted = self.producer_guard.record_accepted(message)
+            if tenant != "tenant-a" and accepted.outcome is AcceptOutcome.WORKSPACE_FORBIDDEN:
+                # Enqueue refuses another tenant's job for a registered workspace; such records exist only from before
+                # the registration, so write one as the producer did then.
+                self.stack.services.dynamodb.put_item(
+                    TableName=self.stack.table_name,
+                    Item=_wire(
+                        {
+                            "pk": f"job#{job_id}",
+                            "jobId": job_id,
+                            "workspaceId": workspace_id,
+                            "tenantId": tenant,
+                            "type": str(message.type),
+                            "payloadHash": message.payload_hash,
+                            "status": "QUEUED",
+                            "attempt": 0,
+                            "acceptedAt": self.clock(),
+                            "updatedAt": self.clock(),
+                        }
+                    ),
+                )
+                continue
             assert accepted.outcome is AcceptOutcome.NEW
 
     def apply(self, job_id: str, workspace_id: str = "repo-alpha", *, sequence_number: str) -> None:
