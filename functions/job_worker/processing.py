@@ -333,20 +333,21 @@ class BatchWorker:
                 seq = parked_sequence(job.get("sequenceNumber"), 0) if finished and job else None
                 guard.release_drain(workspace_id, str(cursor), drained_seq=seq)
                 continue
-            if drained >= budget or self._time_is_short(context):
-                self._send_next_marker(marker)
-                return
             expected = int(workspace.get("parkedCount", 0))
-            parked = guard.list_parked(workspace_id, after_seq=workspace.get("lastDrainedSeq"), expected=expected)
-            if parked is None:
-                self.logger.info("parked index lags behind parkedCount: drain later", extra={"parkedCount": expected})
-                raise RetryLaterError("parked index lagging", settings.drain_lag_retry_seconds)
-            if not parked:
+            if expected <= 0:
+                # Nothing parked (the strongly consistent count, not the index, says so): ACTIVE, conditionally.
                 if guard.activate(workspace_id, marker.resume_id):
                     self.logger.info("workspace resumed: ACTIVE")
                     self._count("WorkspacesResumed")
                     return
                 raise RetryLaterError("workspace could not be made ACTIVE yet", settings.drain_lag_retry_seconds)
+            if drained >= budget or self._time_is_short(context):
+                self._send_next_marker(marker)
+                return
+            parked = guard.list_parked(workspace_id, after_seq=workspace.get("lastDrainedSeq"), expected=expected)
+            if not parked:
+                self.logger.info("parked index lags behind parkedCount: drain later", extra={"parkedCount": expected})
+                raise RetryLaterError("parked index lagging", settings.drain_lag_retry_seconds)
             for job in parked[: budget - drained]:
                 if self._time_is_short(context):
                     break

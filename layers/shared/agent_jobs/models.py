@@ -60,6 +60,13 @@ DRAIN_MESSAGE_TYPE = "drain"
 """The `type` message attribute of a drain marker (job messages carry their job type there)."""
 
 
+class ResumeRequest(_Model):
+    """The body of `POST /workspaces/{workspaceId}/resume`: the decision for the halting job the operator saw."""
+
+    decision: ResumeDecision
+    halting_job_id: Annotated[str, Field(min_length=1, max_length=200)]
+
+
 class DrainMarker(_Model):
     """The body of a drain marker: sent into a resuming workspace's own FIFO group, it makes the worker run that
     workspace's PARKED jobs in SequenceNumber order. `round` counts the markers of one resume."""
