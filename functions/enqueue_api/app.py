@@ -593,6 +593,7 @@ def list_halted_workspaces() -> Response[Any]:
     start_key = _decode_next_token(query.get("nextToken"), tenant)
     page = svc.guard.list_halted(tenant, limit=limit, start_key=start_key)
     views = [_workspace_view(str(item.get("workspaceId")), item) for item in page.workspaces]
+    metrics.add_metric(name="HaltedWorkspacesListed", unit=MetricUnit.Count, value=1)
     return _json_response(
         HTTPStatus.OK, {"workspaces": views, "nextToken": _encode_next_token(page.next_key) if page.next_key else None}
     )

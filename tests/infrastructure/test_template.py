@@ -250,8 +250,12 @@ def test_policies_grant_what_each_function_needs(template: Template) -> None:
         "dynamodb:PutItem",
         "dynamodb:UpdateItem",
         "dynamodb:GetItem",
+        "dynamodb:Query",
         "sqs:SendMessage",
     }
+    # the API queries only the halted-workspaces index (listing), never the table or the other indexes
+    (api_query,) = [s for s in _statements(template, "EnqueueApiFunction") if "dynamodb:Query" in s["Action"]]
+    assert api_query["Resource"] == {"Fn::Sub": "${JobsTable.Arn}/index/haltedByTenant"}
     assert actions("JobWorkerFunction") == {
         "dynamodb:UpdateItem",
         "dynamodb:PutItem",
@@ -333,8 +337,8 @@ def test_jobs_queue_accepts_1_mib_messages(model: TemplateModel) -> None:
 
 
 def test_table_indexes_jobs_by_workspace(model: TemplateModel) -> None:
-    (index,) = model.table_create_kwargs()["GlobalSecondaryIndexes"]
-    assert index == {
+    indexes = {index["IndexName"]: index for index in model.table_create_kwargs()["GlobalSecondaryIndexes"]}
+    assert indexes["byWorkspace"] == {
         "IndexName": "byWorkspace",
         "KeySchema": [
             {"AttributeName": "workspaceId", "KeyType": "HASH"},
@@ -342,6 +346,29 @@ def test_table_indexes_jobs_by_workspace(model: TemplateModel) -> None:
         ],
         "Projection": {"ProjectionType": "ALL"},
     }
+
+
+def test_table_has_the_sparse_indexes_a_resume_reads(model: TemplateModel) -> None:
+    kwargs = model.table_create_kwargs()
+    indexes = {index["IndexName"]: index for index in kwargs["GlobalSecondaryIndexes"]}
+    assert set(indexes) == {"byWorkspace", "parkedByWorkspace", "haltedByTenant"}
+    # PARKED jobs by workspace in SequenceNumber order (zero-padded strings), with their bodies
+    assert indexes["parkedByWorkspace"] == {
+        "IndexName": "parkedByWorkspace",
+        "KeySchema": [
+            {"AttributeName": "parkedWorkspace", "KeyType": "HASH"},
+            {"AttributeName": "parkedSeq", "KeyType": "RANGE"},
+        ],
+        "Projection": {"ProjectionType": "ALL"},
+    }
+    assert indexes["haltedByTenant"]["KeySchema"] == [
+        {"AttributeName": "haltedTenant", "KeyType": "HASH"},
+        {"AttributeName": "workspaceId", "KeyType": "RANGE"},
+    ]
+    types = {d["AttributeName"]: d["AttributeType"] for d in kwargs["AttributeDefinitions"]}
+    assert {name: types[name] for name in ("parkedWorkspace", "parkedSeq", "haltedTenant")} == dict.fromkeys(
+        ("parkedWorkspace", "parkedSeq", "haltedTenant"), "S"
+    )
 
 
 def test_outputs_expose_the_api_queues_and_table(template: Template) -> None:
@@ -359,6 +386,8 @@ def test_api_routes_post_and_get_jobs(template: Template) -> None:
         ("GET", "/jobs/{jobId}"),
         ("PUT", "/workspaces/{workspaceId}"),
         ("GET", "/workspaces/{workspaceId}"),
+        ("POST", "/workspaces/{workspaceId}/resume"),
+        ("GET", "/workspaces"),
     }
     assert all(e["Properties"]["ApiId"] == {"Ref": "JobsHttpApi"} for e in events)
 

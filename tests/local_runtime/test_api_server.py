@@ -93,6 +93,8 @@ def test_api_server_routes_come_from_the_template(server_stack: Stack) -> None:
         "GET /jobs/{jobId}",
         "PUT /workspaces/{workspaceId}",
         "GET /workspaces/{workspaceId}",
+        "POST /workspaces/{workspaceId}/resume",
+        "GET /workspaces",
     }
     assert {route.function_id for route in routes} == {"EnqueueApiFunction"}
 
