@@ -162,7 +162,7 @@ class BatchWorker:
         if outcome is ClaimOutcome.WORKSPACE_HALTED:
             if not self._park(record, message, reason="workspace halted"):
                 # The workspace became ACTIVE between the claim and the park (or the job changed): claim it again.
-                raise RetryLaterError("could not park: claim again", 1)
+                raise RetryLaterError("could not park: claim again", 0)
             return
         if outcome in (ClaimOutcome.SETTLED, ClaimOutcome.CONFLICT, ClaimOutcome.EXHAUSTED):
             previous_status = (claim.previous or {}).get("status")

@@ -89,7 +89,7 @@ def halted_with_parked(stack: Stack, worker: Any, hooks: Hooks, lambda_context: 
     enqueue(stack, *[make_job(job_id, "ws-a") for job_id in jobs], make_job("b1", "ws-b"))
     run_until_empty(stack, worker, lambda_context)
     assert stack.job("d1")["status"] == JobStatus.DEAD
-    assert stack.workspace("ws-a")["parkedCount"] == parked
+    assert stack.workspace("ws-a").get("parkedCount", 0) == parked
     del hooks.before_commit["d1"]
     return jobs
 
@@ -336,3 +336,38 @@ def test_drain_resumes_a_job_whose_drain_never_came_back(stack, workspaces, hook
     assert workspaces.commits("ws-a") == jobs
     assert stack.job("d1")["attempt"] == 2
     assert stack.workspace("ws-a")["state"] == WorkspaceState.ACTIVE
+
+
+class ResumedDuringClaimGuard(JobGuard):
+    """A guard whose first claim that finds the workspace halted lets an operator's resume (skip, nothing parked)
+    land right after it, before the worker parks the job."""
+
+    def __init__(self, stack: Stack) -> None:
+        super().__init__(stack.services.dynamodb, stack.table_name, max_attempts=stack.settings.max_attempts)
+        self.raced = False
+
+    def claim(self, message: Any, **kwargs: Any) -> Any:
+        result = super().claim(message, **kwargs)
+        if result.outcome == "WORKSPACE_HALTED" and not self.raced:
+            self.raced = True
+            halting = str((result.workspace or {})["haltingJobId"])
+            begun = self.begin_resume("ws-a", tenant_id="tenant-1", halting_job_id=halting, decision=SKIP, operator="o")
+            assert begun.outcome == "ACTIVE"
+        return result
+
+
+def test_job_whose_workspace_resumed_before_it_could_park_is_claimed_again(stack, workspaces, hooks, lambda_context):
+    # Given ws-a halted by d1 with nothing parked, and a job n1 whose claim sees the halt just before a resume
+    worker = worker_for(stack, workspaces)
+    halted_with_parked(stack, worker, hooks, lambda_context, parked=0)
+    racing = worker_for(stack, workspaces, guard=ResumedDuringClaimGuard(stack))
+    enqueue(stack, make_job("n1", "ws-a"))
+
+    # When the worker cannot park n1 (the workspace is ACTIVE again)
+    first = deliver(stack, racing, lambda_context)
+
+    # Then n1 is not acknowledged as if parked: it comes back and runs
+    assert len(first["failed"]) == 1
+    run_until_empty(stack, racing, lambda_context)
+    assert workspaces.commits("ws-a") == ["n1"]
+    assert stack.job("n1")["status"] == JobStatus.SUCCEEDED
