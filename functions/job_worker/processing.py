@@ -364,6 +364,9 @@ class BatchWorker:
         job is PARKED again, or the index or a lease says later)."""
         guard, settings = self.services.guard, self.services.settings
         job_id = str(job.get("jobId"))
+        if "body" not in job:
+            # An entry of the parked index (keys only): the job itself, read consistently, carries the body.
+            job = guard.get_job(job_id) or job
         with self.logger.append_context_keys(jobId=job_id, type=job.get("type")):
             claim = guard.claim_parked(
                 job,

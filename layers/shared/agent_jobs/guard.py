@@ -834,7 +834,8 @@ class JobGuard:
         return update, parked_delta, drained_seq
 
     def list_parked(self, workspace_id: str, *, after_seq: str | None, expected: int) -> list[Item] | None:
-        """The PARKED jobs of a workspace in SequenceNumber order, read from the parked index.
+        """The PARKED jobs of a workspace in SequenceNumber order, read from the parked index (entries carry the keys,
+        jobId, workspaceId and tenantId; read the job for its body).
 
         The index is eventually consistent: it may still show jobs that left PARKED, or not yet show jobs that just
         became PARKED. Entries after `after_seq` (the workspace's `lastDrainedSeq`: everything at or before it was
