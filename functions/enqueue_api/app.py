@@ -15,6 +15,13 @@
                          200 {"jobs": [job views, oldest accepted first], "nextToken": str | null}; 400 a nextToken
                          this API did not issue for the workspace; 403, 404 as above; 422 bad id or limit
     GET  /openapi.json   200 the OpenAPI document of these routes (no authentication)
+    POST /workspaces/{workspaceId}/resume
+                         body: {"decision": "retry"|"skip", "haltingJobId"}; operator scope, own tenant only.
+                         202 the workspace's status (RESUMING, or ACTIVE when nothing was parked); 409 not HALTED,
+                         another halting job, or retry of a rejected message; 403 another tenant's or no operator
+                         scope; 404 unknown; 400, 415, 422 a request to fix; 503 retry (the same request is safe)
+    GET  /workspaces?state=HALTED[&limit=&nextToken=]
+                         200 {"workspaces": [status of each HALTED or RESUMING workspace], "nextToken"}
 
 Tenancy: the caller's tenant comes from `caller_tenant` and nowhere else. It is the `tenant_id` claim of the verified
 JWT that the API's JWT authorizer puts at `requestContext.authorizer.jwt.claims` (API Gateway itself answers 401 to a
@@ -53,6 +60,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from pydantic.alias_generators import to_camel
 from pydantic_core import ErrorDetails
 
+from agent_jobs.guard import ResumeOutcome
 from agent_jobs.models import (
     ApplyPatchJob,
     JobId,
@@ -60,6 +68,7 @@ from agent_jobs.models import (
     JobType,
     OpenPrJob,
     RegisteredWorkspace,
+    ResumeRequest,
     RunTestsJob,
     TenantId,
     WorkspaceId,
@@ -68,9 +77,10 @@ from agent_jobs.models import (
     job_request_adapter,
 )
 from agent_jobs.producer import JobConflictError, PayloadTooLargeError, WorkspaceForbiddenError, enqueue_job
+from agent_jobs.resume import resume_workspace
 from agent_jobs.services import Services, build_services
 from agent_jobs.settings import Settings
-from agent_jobs.workspaces import WorkspaceOwnedElsewhereError, WorkspaceRegistry, WorkspaceStatus
+from agent_jobs.workspaces import WorkspaceOwnedElsewhereError, WorkspaceRegistry, WorkspaceStatus, workspace_status
 
 logger = Logger()
 tracer = Tracer()
@@ -951,6 +961,132 @@ def _visible_workspace(svc: Services, workspace_id: str, tenant: str) -> Workspa
     if status.tenant_id != tenant:
         raise RequestRefused(HTTPStatus.FORBIDDEN, f"workspace '{workspace_id}' belongs to another tenant")
     return status
+
+
+# ---- resume --------------------------------------------------------------------------------------------------------
+
+HALTED_LIST_MAX: Final = 100
+_RESUME_SHAPE: Final = '{"decision": "retry"|"skip", "haltingJobId": "<the workspace\'s haltingJobId>"}'
+_RESUME_CONFLICTS: Final = (
+    ResumeOutcome.NOT_HALTED,
+    ResumeOutcome.HALTING_JOB_CHANGED,
+    ResumeOutcome.RETRY_REFUSED,
+)
+
+
+def caller_name(event: APIGatewayProxyEventV2, tenant: str) -> str:
+    """Who acts, for a job's history: the token's subject, else the tenant's operator."""
+    jwt = ((event.raw_event.get("requestContext") or {}).get("authorizer") or {}).get("jwt") or {}
+    subject = (jwt.get("claims") or {}).get("sub")
+    return str(subject) if isinstance(subject, str) and subject else f"operator of {tenant}"
+
+
+def parse_resume_request(event: APIGatewayProxyEventV2, settings: Settings) -> ResumeRequest:
+    """The resume decision in the request body, or RequestRefused (415, 413, 400 or 422) naming what to fix."""
+    document = _json_object_body(
+        event, settings, shape=f"a resume decision: {_RESUME_SHAPE}", too_large="(a resume decision is a few bytes)"
+    )
+    try:
+        return ResumeRequest.model_validate(document)
+    except ValidationError as error:
+        errors = [_field_error(detail) for detail in error.errors(include_input=False, include_url=False)]
+        raise RequestRefused(
+            HTTPStatus.UNPROCESSABLE_ENTITY,
+            f"the resume request is invalid; send {_RESUME_SHAPE}",
+            errors,
+        ) from None
+
+
+def _workspace_view(workspace_id: str, item: dict[str, Any]) -> dict[str, Any]:
+    return public_workspace_status_view(workspace_status(workspace_id, item))
+
+
+@app.post("/workspaces/<workspace_id>/resume")
+@tracer.capture_method(capture_response=False)
+def resume(workspace_id: str) -> Response[Any]:
+    svc = services()
+    tenant = require_operator(app.current_event, svc.settings)
+    workspace_id = _valid_path_id("workspaceId", workspace_id)
+    logger.append_keys(workspace_id=workspace_id, tenant_id=tenant)
+    request = parse_resume_request(app.current_event, svc.settings)
+    result = resume_workspace(
+        workspace_id,
+        tenant_id=tenant,
+        halting_job_id=request.halting_job_id,
+        decision=request.decision,
+        operator=caller_name(app.current_event, tenant),
+        guard=svc.guard,
+        sqs=svc.sqs,
+        queue_url=svc.settings.queue_url,
+    )
+    if result.outcome is ResumeOutcome.NOT_FOUND:
+        raise RequestRefused(HTTPStatus.NOT_FOUND, f"no halted workspace '{workspace_id}'; check the workspaceId")
+    if result.outcome is ResumeOutcome.OTHER_TENANT:
+        raise RequestRefused(HTTPStatus.FORBIDDEN, f"workspace '{workspace_id}' belongs to another tenant")
+    view = _workspace_view(workspace_id, result.workspace or {})
+    if result.outcome in _RESUME_CONFLICTS:
+        logger.info("resume refused", extra={"outcome": str(result.outcome)})
+        metrics.add_metric(name="ResumesRefused", unit=MetricUnit.Count, value=1)
+        return _json_response(HTTPStatus.CONFLICT, {"message": result.reason, "workspace": view})
+    logger.info("workspace resume begun", extra={"outcome": str(result.outcome), "decision": str(request.decision)})
+    metrics.add_metric(name="WorkspacesResumeBegun", unit=MetricUnit.Count, value=1)
+    return _json_response(HTTPStatus.ACCEPTED, view, headers={"Location": f"/workspaces/{workspace_id}"})
+
+
+@app.get("/workspaces")
+@tracer.capture_method(capture_response=False)
+def list_halted_workspaces() -> Response[Any]:
+    svc = services()
+    tenant = caller_tenant(app.current_event, svc.settings)
+    query = app.current_event.query_string_parameters or {}
+    if query.get("state") != str(WorkspaceState.HALTED):
+        raise RequestRefused(
+            HTTPStatus.UNPROCESSABLE_ENTITY,
+            "list workspaces with GET /workspaces?state=HALTED (halted and resuming workspaces)",
+            [{"field": "state", "message": "only HALTED is supported"}],
+        )
+    limit = _list_limit(query.get("limit"))
+    start_key = _decode_next_token(query.get("nextToken"), tenant)
+    page = svc.guard.list_halted(tenant, limit=limit, start_key=start_key)
+    views = [_workspace_view(str(item.get("workspaceId")), item) for item in page.workspaces]
+    metrics.add_metric(name="HaltedWorkspacesListed", unit=MetricUnit.Count, value=1)
+    return _json_response(
+        HTTPStatus.OK, {"workspaces": views, "nextToken": _encode_next_token(page.next_key) if page.next_key else None}
+    )
+
+
+def _list_limit(raw: str | None) -> int:
+    if raw is None:
+        return 50
+    if not raw.isdigit() or not 1 <= int(raw) <= HALTED_LIST_MAX:
+        raise RequestRefused(
+            HTTPStatus.UNPROCESSABLE_ENTITY,
+            f"limit must be a whole number from 1 to {HALTED_LIST_MAX}",
+            [{"field": "limit", "message": f"a whole number from 1 to {HALTED_LIST_MAX}"}],
+        )
+    return int(raw)
+
+
+def _encode_next_token(key: dict[str, Any]) -> str:
+    return base64.urlsafe_b64encode(json.dumps(key, sort_keys=True).encode()).decode().rstrip("=")
+
+
+def _decode_next_token(token: str | None, tenant: str) -> dict[str, Any] | None:
+    if not token:
+        return None
+    try:
+        key = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+        valid = isinstance(key, dict) and all(isinstance(value, str) for value in key.values())
+    except (ValueError, binascii.Error):
+        valid = False
+    # A token only continues the caller's own listing.
+    if not valid or key.get("haltedTenant") != tenant:
+        raise RequestRefused(
+            HTTPStatus.UNPROCESSABLE_ENTITY,
+            "nextToken is not one this API returned to you; list again without it",
+            [{"field": "nextToken", "message": "use the nextToken of the previous page as given"}],
+        )
+    return dict(key)
 
 
 @app.exception_handler(RequestRefused)  # type: ignore[untyped-decorator]  # Powertools leaves it unannotated

@@ -5,6 +5,10 @@ claim (one conditional write that also checks the workspace is not halted; halte
 job; complete. A retryable failure stops the rest of its group (Powertools' SqsFifoPartialProcessor with
 skip_group_on_error) while other groups go on; the failed record and the rest of its group get a shortened
 visibility (backoff) and are reported in batchItemFailures. Nothing is raised out of the handler for one record.
+
+A drain marker (message attribute type=drain, sent by a resume into the workspace's own group) is recognised before
+any job parsing and is never rejected: it runs the workspace's PARKED jobs in SequenceNumber order through the same
+claim/run/complete path, a bounded number per marker, then sends the next marker or makes the workspace ACTIVE.
 """
 
 from __future__ import annotations
@@ -26,10 +30,21 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import ValidationError
 
-from agent_jobs.guard import ClaimOutcome, FailOutcome
-from agent_jobs.keys import workspace_group_id, workspace_id_from_group
-from agent_jobs.models import ID_PATTERN, JobMessage, JobType, PayloadUnavailableError, payload_hash
+from agent_jobs.guard import ClaimOutcome, FailOutcome, Item, Lease
+from agent_jobs.keys import parked_sequence, workspace_group_id, workspace_id_from_group
+from agent_jobs.models import (
+    DRAIN_MESSAGE_TYPE,
+    ID_PATTERN,
+    DrainMarker,
+    JobMessage,
+    JobStatus,
+    JobType,
+    PayloadUnavailableError,
+    WorkspaceState,
+    payload_hash,
+)
 from agent_jobs.payloads import resolve_payload
+from agent_jobs.resume import send_drain_marker
 from agent_jobs.services import Services
 from jobs import run_job
 from jobs.context import JobContext
@@ -52,6 +67,25 @@ UNKNOWN_JOB_TYPE = "unknown"
 # One per halt the worker causes (DEAD, REJECTED, parked or halted on a last delivery). Its only dimension is
 # Powertools' `service`: template.yaml's WorkspacesHaltedAlarm names exactly that, so keep both sides in step.
 WORKSPACES_HALTED = "WorkspacesHalted"
+
+
+def parse_job_message(body: str, group: str) -> JobMessage:
+    """The one parse of a job message body, for a queue record and for a body a resume drains from the table alike.
+
+    Raises (pydantic's ValidationError, ValueError) when the body is not a valid job of the workspace of `group`.
+    A large job's payload stays a pointer here; `BatchWorker._resolve_payload` fetches it before the job runs.
+    """
+    message = JobMessage.model_validate_json(body)
+    problems = []
+    if group != workspace_group_id(message.workspace_id):
+        # Two groups feeding one workspace would let two of its jobs run at once.
+        problems.append(f"message group {group!r} is not workspace {message.workspace_id!r}'s group")
+    # A pointer message (payloadRef) is checked against its object when resolved (BatchWorker._resolve_payload).
+    if message.payload is not None and payload_hash(message.request()) != message.payload_hash:
+        problems.append("payloadHash does not match the payload")
+    if problems:
+        raise ValueError("; ".join(problems))
+    return message
 
 
 class RetryLaterError(Exception):
@@ -108,6 +142,12 @@ class BatchWorker:
         settings = self.services.settings
         if context.get_remaining_time_in_millis() < settings.time_safety_margin_ms:
             raise RetryLaterError("not enough time left in this invocation to start a job", 0)
+        if _is_drain_marker(record):
+            marker = self._drain_marker(record)
+            if marker is not None:
+                with self.logger.append_context_keys(workspaceId=marker.workspace_id, resumeId=marker.resume_id):
+                    self._drain(record, marker, context)
+            return
         message = self._parse_or_reject(record)
         if message is None:
             return
@@ -138,6 +178,7 @@ class BatchWorker:
             message_id=record.message_id,
             sequence_number=record.attributes.sequence_number,
             remaining_ms=context.get_remaining_time_in_millis(),
+            body=record.body,
         )
         outcome = claim.outcome
         job_type = str(message.type)
@@ -150,7 +191,9 @@ class BatchWorker:
             self.logger.info("job is leased by another worker: retry after its lease")
             raise RetryLaterError("leased by another worker", max(1, lease_left_ms // 1000 + 1))
         if outcome is ClaimOutcome.WORKSPACE_HALTED:
-            self._park(record, message, reason="workspace halted")
+            if not self._park(record, message, reason="workspace halted"):
+                # The workspace became ACTIVE between the claim and the park (or the job changed): claim it again.
+                raise RetryLaterError("could not park: claim again", 0)
             return
         if outcome in (ClaimOutcome.SETTLED, ClaimOutcome.CONFLICT, ClaimOutcome.EXHAUSTED):
             previous_status = (claim.previous or {}).get("status")
@@ -162,37 +205,60 @@ class BatchWorker:
         if outcome is ClaimOutcome.CONTENDED or claim.lease is None:
             raise RetryLaterError("claim contended", 1)
 
-        lease = claim.lease
+        self._run_leased(
+            claim.lease,
+            message,
+            context,
+            body=record.body,
+            backoff_seconds=lambda: self._backoff_seconds(record),
+            message_id=record.message_id,
+            sequence_number=record.attributes.sequence_number,
+        )
+
+    def _run_leased(
+        self,
+        lease: Lease,
+        message: JobMessage,
+        context: LambdaContext,
+        *,
+        body: str,
+        backoff_seconds: Callable[[], int],
+        message_id: str | None,
+        sequence_number: str | None,
+    ) -> bool:
+        """Run a claimed job and record its outcome: True if it SUCCEEDED, False if it ended DEAD (workspace halted).
+        A retryable failure raises RetryLaterError (the job is FAILED, or PARKED again when a drain claimed it)."""
+        guard = self.services.guard
+        job_type = str(message.type)
         started = time.monotonic()
         try:
             result = run_job(message.request(), self._job_context(message.workspace_id, context))
         except (PermanentJobError, PayloadUnavailableError) as error:
-            if guard.fail(lease, str(error), permanent=True) is FailOutcome.DEAD:
-                self.logger.error("job failed permanently: DEAD, workspace halted", extra={"error": str(error)})
-                self._count("JobsDead", job_type)
-                self._count_halt()
-            else:
+            if guard.fail(lease, str(error), permanent=True, body=body) is not FailOutcome.DEAD:
                 self.logger.info("lease lost before the permanent failure was recorded; leaving the job to its owner")
-            return
+                raise RetryLaterError("lease lost", 1) from error
+            self.logger.error("job failed permanently: DEAD, workspace halted", extra={"error": str(error)})
+            self._count("JobsDead", job_type)
+            self._count_halt()
+            return False
         except Exception as error:
             self.logger.warning("job failed, will retry", extra={"error": repr(error)})
             self._count("JobsFailed", job_type)
-            failed = guard.fail(lease, f"{type(error).__name__}: {error}")
+            failed = guard.fail(lease, f"{type(error).__name__}: {error}", body=body)
             if failed is FailOutcome.DEAD:
                 self.logger.error("attempts exhausted: DEAD, workspace halted")
                 self._count("JobsDead", job_type)
                 self._count_halt()
-                return
-            raise RetryLaterError(str(error), self._backoff_seconds(record)) from error
+                return False
+            raise RetryLaterError(str(error), backoff_seconds()) from error
         if not guard.complete(lease, result):
             # Another worker took the job over after our lease expired; its outcome stands, not ours.
             self.logger.info("lease lost before completion; leaving the job to its new owner")
             raise RetryLaterError("lease lost", 1)
-        self.logger.info(
-            "job succeeded", extra={"messageId": record.message_id, "sequenceNumber": record.attributes.sequence_number}
-        )
+        self.logger.info("job succeeded", extra={"messageId": message_id, "sequenceNumber": sequence_number})
         self._count("JobsSucceeded", job_type)
         self._emit("JobDuration", MetricUnit.Milliseconds, (time.monotonic() - started) * 1000, job_type=job_type)
+        return True
 
     def _job_context(self, workspace_id: str, context: LambdaContext) -> JobContext:
         """The handler's view of its workspace; for a registered git workspace also its registration and token.
@@ -215,24 +281,7 @@ class BatchWorker:
         group = record.attributes.message_group_id or ""
         group_workspace = workspace_id_from_group(group)
         try:
-            message = JobMessage.model_validate_json(record.body)
-            try:
-                if resolve_payload_ref:  # parking needs only the pointer; running needs the payload
-                    message = resolve_payload(message, self.services.payloads)
-            except PayloadUnavailableError as unavailable:
-                # Not a bad message: the job is claimed as usual (so a duplicate is still a duplicate and a halted
-                # workspace still parks it), then ends DEAD without running, its reason saying what to do.
-                self.logger.error("payload object unavailable", extra={"reason": str(unavailable)})
-            problems = []
-            if group != workspace_group_id(message.workspace_id):
-                # Two groups feeding one workspace would let two of its jobs run at once.
-                problems.append(f"message group {group!r} is not workspace {message.workspace_id!r}'s group")
-            if message.payload is not None and payload_hash(message.request()) != message.payload_hash:
-                problems.append("payloadHash does not match the payload")
-            if problems:
-                raise ValueError("; ".join(problems))
-        except (BotoCoreError, ClientError) as error:  # S3 unreachable or throttled: nothing decided, retry later
-            raise RetryLaterError(f"payload object not readable: {error}", self._backoff_seconds(record)) from error
+            message = parse_job_message(record.body, group)
         except Exception as error:  # anything that cannot be parsed is rejected, never retried until dead-lettered
             reason = _describe(error)
             job_id = _job_id_if_any(record.body)
@@ -260,7 +309,22 @@ class BatchWorker:
             if rejected:  # False: this message was rejected (and its workspace halted) before
                 self._count_halt()
             return None
+        if resolve_payload_ref:  # parking needs only the pointer; running needs the payload
+            message = self._resolve_payload(message, lambda: self._backoff_seconds(record))
         return message
+
+    def _resolve_payload(self, message: JobMessage, backoff_seconds: Callable[[], int]) -> JobMessage:
+        """The message with a large job's payload fetched from the payload bucket (the one place pointers are resolved,
+        for a queue record and for a body a drain runs). A missing or changed object is not a bad message: the job is
+        claimed as usual (a duplicate stays a duplicate, a halted workspace parks it) and then ends DEAD without
+        running, its reason saying what to do. S3 unreachable or throttled: nothing decided, RetryLaterError."""
+        try:
+            return resolve_payload(message, self.services.payloads)
+        except PayloadUnavailableError as unavailable:
+            self.logger.error("payload object unavailable", extra={"reason": str(unavailable)})
+            return message
+        except (BotoCoreError, ClientError) as error:
+            raise RetryLaterError(f"payload object not readable: {error}", backoff_seconds()) from error
 
     def _park(self, record: SQSRecord, message: JobMessage, *, reason: str, halt: bool = False) -> bool:
         parked = self.services.guard.park(
@@ -278,6 +342,146 @@ class BatchWorker:
                 self._count_halt()
         return parked
 
+    # ---- resume: drain markers ------------------------------------------------------------------------------------
+
+    def _drain_marker(self, record: SQSRecord) -> DrainMarker | None:
+        """The marker of a record whose type attribute says drain; None (logged, to be acknowledged) if it is not a
+        valid marker of its own group's workspace: a marker is never rejected, so it never halts a workspace."""
+        try:
+            marker = DrainMarker.model_validate_json(record.body)
+        except Exception as error:  # a malformed marker can do nothing: acknowledge it
+            self.logger.error("invalid drain marker: acknowledged", extra={"error": _describe(error)})
+            return None
+        if record.attributes.message_group_id != workspace_group_id(marker.workspace_id):
+            self.logger.error("drain marker in another workspace's group: acknowledged")
+            return None
+        return marker
+
+    def _drain(self, record: SQSRecord, marker: DrainMarker, context: LambdaContext) -> None:
+        """Run the PARKED jobs of the marker's workspace in SequenceNumber order, at most `drain_jobs_per_marker`
+        and within the invocation's time budget; then send the next marker, or make the workspace ACTIVE when none
+        is left. A stale marker (another resume, or the workspace not RESUMING) is acknowledged without effect."""
+        guard, settings = self.services.guard, self.services.settings
+        workspace_id, budget = marker.workspace_id, settings.drain_jobs_per_marker
+        drained = 0
+        for _ in range(budget * 3 + 3):  # each pass drains a job, releases a finished one or re-reads; never spins
+            workspace = guard.get_workspace(workspace_id)
+            if (
+                workspace is None
+                or workspace.get("state") != WorkspaceState.RESUMING
+                or workspace.get("resumeId") != marker.resume_id
+            ):
+                self.logger.info("stale drain marker: acknowledged", extra={"state": (workspace or {}).get("state")})
+                self._count("DrainMarkersStale")
+                return
+            cursor = workspace.get("drainingJobId")
+            if cursor:
+                # A drained job not released yet: a drain that never came back, or one that finished but crashed
+                # before releasing it. Finish that one first: nothing after it may run before it.
+                job = guard.get_job(str(cursor))
+                if job is not None and job.get("status") == JobStatus.IN_FLIGHT:
+                    if not self._drain_job(record, marker, job, context, reclaim=True):
+                        return
+                    drained += 1
+                    continue
+                finished = job is not None and job.get("status") in (JobStatus.SUCCEEDED, JobStatus.SKIPPED)
+                seq = parked_sequence(job.get("sequenceNumber"), 0) if finished and job else None
+                guard.release_drain(workspace_id, str(cursor), drained_seq=seq)
+                continue
+            expected = int(workspace.get("parkedCount", 0))
+            if expected <= 0:
+                # Nothing parked (the strongly consistent count, not the index, says so): ACTIVE, conditionally.
+                if guard.activate(workspace_id, marker.resume_id):
+                    self.logger.info("workspace resumed: ACTIVE")
+                    self._count("WorkspacesResumed")
+                    return
+                raise RetryLaterError("workspace could not be made ACTIVE yet", settings.drain_lag_retry_seconds)
+            if drained >= budget or self._time_is_short(context):
+                self._send_next_marker(marker)
+                return
+            parked = guard.list_parked(workspace_id, after_seq=workspace.get("lastDrainedSeq"), expected=expected)
+            if not parked:
+                self.logger.info("parked index lags behind parkedCount: drain later", extra={"parkedCount": expected})
+                raise RetryLaterError("parked index lagging", settings.drain_lag_retry_seconds)
+            for job in parked[: budget - drained]:
+                if self._time_is_short(context):
+                    break
+                if not self._drain_job(record, marker, job, context, reclaim=False):
+                    return
+                drained += 1
+        self._send_next_marker(marker)
+
+    def _drain_job(
+        self, record: SQSRecord, marker: DrainMarker, job: Item, context: LambdaContext, *, reclaim: bool
+    ) -> bool:
+        """Claim and run one parked job of a drain. True: it SUCCEEDED, go on. False: stop draining and acknowledge
+        the marker (the job ended DEAD and halted the workspace again). RetryLaterError: the marker comes back (the
+        job is PARKED again, or the index or a lease says later)."""
+        guard, settings = self.services.guard, self.services.settings
+        job_id = str(job.get("jobId"))
+        if "body" not in job:
+            # An entry of the parked index (keys only): the job itself, read consistently, carries the body.
+            job = guard.get_job(job_id) or job
+        with self.logger.append_context_keys(jobId=job_id, type=job.get("type")):
+            claim = guard.claim_parked(
+                job,
+                resume_id=marker.resume_id,
+                remaining_ms=context.get_remaining_time_in_millis(),
+                reclaim=reclaim,
+            )
+            if claim.outcome is ClaimOutcome.EXHAUSTED:
+                self.logger.error("drained job used up its attempts: DEAD, workspace halted")
+                self._count("JobsDead")
+                return False
+            if claim.outcome is ClaimOutcome.BUSY:
+                lease_left_ms = int((claim.previous or {}).get("leaseExpiresAt", 0)) - guard.now()
+                raise RetryLaterError("drained job leased by another worker", max(1, lease_left_ms // 1000 + 1))
+            if claim.outcome is ClaimOutcome.SETTLED:
+                # The index showed a job that is no longer PARKED: it lags; read it again a little later.
+                raise RetryLaterError("parked index lagging", settings.drain_lag_retry_seconds)
+            if claim.outcome is not ClaimOutcome.CLAIMED or claim.lease is None:
+                # The workspace changed (halted, another resume) or a transaction collided: read it again.
+                raise RetryLaterError("drain claim lost", 1)
+            lease = claim.lease
+            body = str(job.get("body") or "")
+            try:
+                message = parse_job_message(body, workspace_group_id(marker.workspace_id))
+                if message.job_id != job_id:
+                    raise ValueError(f"the stored message is job {message.job_id!r}, not {job_id!r}")
+            except Exception as error:  # a stored body that no longer parses cannot run: DEAD, for the operator
+                reason = f"stored message of a parked job cannot be run: {_describe(error)}"
+                guard.fail(lease, reason, permanent=True, body=body)
+                self.logger.error("parked job's message is invalid: DEAD, workspace halted", extra={"error": reason})
+                self._count("JobsDead")
+                return False
+            try:
+                message = self._resolve_payload(message, lambda: settings.drain_lag_retry_seconds)
+            except RetryLaterError:
+                guard.fail(lease, "payload object not readable yet", body=body)  # back to PARKED, in its place
+                raise
+            succeeded = self._run_leased(
+                lease,
+                message,
+                context,
+                body=body,
+                backoff_seconds=lambda: self._backoff_seconds(record),
+                message_id=job.get("messageId"),
+                sequence_number=job.get("sequenceNumber"),
+            )
+            if not succeeded:
+                return False
+            guard.release_drain(marker.workspace_id, job_id, drained_seq=lease.parked_seq)
+            self._count("JobsDrained")
+            return True
+
+    def _send_next_marker(self, marker: DrainMarker) -> None:
+        next_marker = marker.model_copy(update={"round": marker.round + 1})
+        send_drain_marker(self.services.sqs, self.services.settings.queue_url, next_marker)
+        self.logger.info("drain continues with the next marker", extra={"round": next_marker.round})
+
+    def _time_is_short(self, context: LambdaContext) -> bool:
+        return context.get_remaining_time_in_millis() < self.services.settings.time_safety_margin_ms
+
     # ---- after the batch -----------------------------------------------------------------------------------------
 
     def _park_last_deliveries(self, records: list[SQSRecord], failures: set[str]) -> set[str]:
@@ -294,6 +498,14 @@ class BatchWorker:
             if record.message_id not in failures or int(record.attributes.approximate_receive_count) < limit:
                 continue
             try:
+                if _is_drain_marker(record):
+                    # A marker is never rejected or parked: a fresh one takes its place (with its receive count
+                    # reset) and this one is acknowledged, so the queue never dead-letters a resume's drain.
+                    marker = self._drain_marker(record)
+                    if marker is not None:
+                        self._send_next_marker(marker)
+                    parked.add(record.message_id)
+                    continue
                 # Not resolved: a pointer whose object S3 keeps refusing must still be parked, not dead-lettered.
                 message = self._parse_or_reject(record, resolve_payload_ref=False)
                 if message is None:
@@ -388,6 +600,13 @@ class BatchWorker:
         ) as metric:
             if self.metrics.service:  # single_metric drops the Metrics' service dimension unless it is set again
                 metric.add_dimension(name="service", value=str(self.metrics.service))
+
+
+def _is_drain_marker(record: SQSRecord) -> bool:
+    attributes = record.message_attributes
+    # SQSMessageAttributes.get returns the raw dict; indexing gives the typed attribute
+    kind = attributes["type"] if "type" in attributes else None  # noqa: SIM401
+    return kind is not None and kind.string_value == DRAIN_MESSAGE_TYPE
 
 
 def _describe(error: Exception) -> str:

@@ -15,7 +15,6 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from agent_jobs.guard import WORKSPACE_INDEX
 from agent_jobs_local.template import (
     DEFAULT_TEMPLATE_PATH,
     AwsClients,
@@ -256,9 +255,11 @@ def test_policies_grant_what_each_function_needs(template: Template) -> None:
         "sqs:SendMessage",
         "s3:PutObject",
     }
-    # the API queries the workspace index only, never the table or another index
-    api_query = next(s for s in _statements(template, "EnqueueApiFunction") if "dynamodb:Query" in s["Action"])
-    assert api_query["Resource"] == {"Fn::Sub": "${JobsTable.Arn}/index/byWorkspace"}
+    # the API queries two indexes (timeline, halted list), never the table or the parked index
+    api_queries = [s for s in _statements(template, "EnqueueApiFunction") if "dynamodb:Query" in s["Action"]]
+    assert sorted(str(s["Resource"]) for s in api_queries) == sorted(
+        str({"Fn::Sub": f"${{JobsTable.Arn}}/index/{name}"}) for name in ("byWorkspace", "haltedByTenant")
+    )
     assert actions("JobWorkerFunction") == {
         "dynamodb:UpdateItem",
         "dynamodb:PutItem",
@@ -393,15 +394,38 @@ def test_jobs_queue_accepts_1_mib_messages(model: TemplateModel) -> None:
 
 
 def test_table_indexes_jobs_by_workspace(model: TemplateModel) -> None:
-    (index,) = model.table_create_kwargs()["GlobalSecondaryIndexes"]
-    assert index == {
-        "IndexName": WORKSPACE_INDEX,
+    indexes = {index["IndexName"]: index for index in model.table_create_kwargs()["GlobalSecondaryIndexes"]}
+    assert indexes["byWorkspace"] == {
+        "IndexName": "byWorkspace",
         "KeySchema": [
             {"AttributeName": "workspaceId", "KeyType": "HASH"},
             {"AttributeName": "acceptedAt", "KeyType": "RANGE"},
         ],
         "Projection": {"ProjectionType": "ALL"},
     }
+
+
+def test_table_has_the_sparse_indexes_a_resume_reads(model: TemplateModel) -> None:
+    kwargs = model.table_create_kwargs()
+    indexes = {index["IndexName"]: index for index in kwargs["GlobalSecondaryIndexes"]}
+    assert set(indexes) == {"byWorkspace", "parkedByWorkspace", "haltedByTenant"}
+    # PARKED jobs by workspace in SequenceNumber order (zero-padded strings); small entries, no message bodies
+    assert indexes["parkedByWorkspace"] == {
+        "IndexName": "parkedByWorkspace",
+        "KeySchema": [
+            {"AttributeName": "parkedWorkspace", "KeyType": "HASH"},
+            {"AttributeName": "parkedSeq", "KeyType": "RANGE"},
+        ],
+        "Projection": {"ProjectionType": "INCLUDE", "NonKeyAttributes": ["jobId", "workspaceId", "tenantId"]},
+    }
+    assert indexes["haltedByTenant"]["KeySchema"] == [
+        {"AttributeName": "haltedTenant", "KeyType": "HASH"},
+        {"AttributeName": "workspaceId", "KeyType": "RANGE"},
+    ]
+    types = {d["AttributeName"]: d["AttributeType"] for d in kwargs["AttributeDefinitions"]}
+    assert {name: types[name] for name in ("parkedWorkspace", "parkedSeq", "haltedTenant")} == dict.fromkeys(
+        ("parkedWorkspace", "parkedSeq", "haltedTenant"), "S"
+    )
 
 
 def test_outputs_expose_the_api_queues_and_table(template: Template) -> None:
@@ -421,6 +445,8 @@ def test_api_routes_post_and_get_jobs(template: Template) -> None:
         ("GET", "/workspaces/{workspaceId}"),
         ("GET", "/workspaces/{workspaceId}/jobs"),
         ("GET", "/openapi.json"),
+        ("POST", "/workspaces/{workspaceId}/resume"),
+        ("GET", "/workspaces"),
     }
     assert all(e["Properties"]["ApiId"] == {"Ref": "JobsHttpApi"} for e in events)
 

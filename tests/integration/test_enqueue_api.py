@@ -528,6 +528,7 @@ def test_read_job_never_shows_a_stored_body(api: Api) -> None:
     # Given a job parked with its message body (as the worker does while its workspace is halted)
     job = make_job("job-9", "ws-a", "open_pr")
     message = job_message(job, "default")
+    api.stack.guard.halt_workspace("ws-a", tenant_id="default", job_id="job-8", reason="job-8 is DEAD")
     parked = api.stack.guard.park(
         message, message_id="m-1", sequence_number="1", body=message.model_dump_json(by_alias=True), reason="halted"
     )

@@ -99,6 +99,8 @@ def test_api_server_routes_come_from_the_template(server_stack: Stack) -> None:
         "GET /workspaces/{workspaceId}",
         "GET /workspaces/{workspaceId}/jobs",
         "GET /openapi.json",
+        "POST /workspaces/{workspaceId}/resume",
+        "GET /workspaces",
     }
     assert {route.function_id for route in routes} == {"EnqueueApiFunction"}
 

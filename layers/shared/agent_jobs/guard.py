@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.exceptions import ClientError
 
-from agent_jobs.keys import job_key, workspace_key
-from agent_jobs.models import JobMessage, JobStatus, WorkspaceState
+from agent_jobs.keys import job_key, parked_sequence, workspace_key
+from agent_jobs.models import JobMessage, JobStatus, ResumeDecision, WorkspaceState
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.client import DynamoDBClient
@@ -32,6 +32,9 @@ Clock = Callable[[], int]
 
 # A stored message body larger than this is truncated (DynamoDB items are capped at 400 KB).
 MAX_STORED_BODY_CHARS = 300_000
+# Sparse indexes (template.yaml): PARKED jobs by workspace in SequenceNumber order; halted workspaces by tenant.
+PARKED_INDEX = "parkedByWorkspace"
+HALTED_INDEX = "haltedByTenant"
 _serializer = TypeSerializer()
 _deserializer = TypeDeserializer()
 
@@ -60,6 +63,9 @@ class Lease:
     tenant_id: str
     owner: str
     expires_at_ms: int
+    # Set when the job was claimed by a resume's drain: a retryable failure parks it again instead of FAILED.
+    resume_id: str | None = None
+    parked_seq: str | None = None
 
 
 @dataclass(frozen=True)
@@ -78,6 +84,7 @@ class FailOutcome(StrEnum):
     RETRY = "RETRY"  # FAILED, the queue will deliver it again
     DEAD = "DEAD"  # DEAD and the workspace HALTED, in one transaction
     LOST = "LOST"  # the lease was taken over: nothing written
+    PARKED = "PARKED"  # a drained job with attempts left: PARKED again (counted), the drain retries it first
 
 
 class AcceptOutcome(StrEnum):
@@ -104,6 +111,37 @@ class JobPage:
 
     items: list[Item]
     next_key: Item | None
+
+
+class ResumeOutcome(StrEnum):
+    RESUMING = "RESUMING"  # decided; send the drain marker (resume_id) into the workspace's group
+    ACTIVE = "ACTIVE"  # decided, and nothing was parked: the workspace runs its jobs again at once
+    ALREADY_RESUMING = "ALREADY_RESUMING"  # the same resume was begun before: send its drain marker again (idempotent)
+    NOT_FOUND = "NOT_FOUND"  # no workspace item, or one no tenant owns
+    OTHER_TENANT = "OTHER_TENANT"  # the workspace belongs to another tenant
+    NOT_HALTED = "NOT_HALTED"  # ACTIVE, or RESUMING from another decision
+    HALTING_JOB_CHANGED = "HALTING_JOB_CHANGED"  # the workspace is halted by another job than the operator saw
+    RETRY_REFUSED = "RETRY_REFUSED"  # the halting job cannot run again (a REJECTED message, no stored body): skip it
+
+
+@dataclass(frozen=True)
+class ResumeResult:
+    outcome: ResumeOutcome
+    workspace: Item | None = None  # the workspace item after the resume began, or as read when refused
+    resume_id: str | None = None
+    reason: str = ""  # for a refusal: what the operator can do
+
+    @property
+    def begun(self) -> bool:
+        return self.outcome in (ResumeOutcome.RESUMING, ResumeOutcome.ACTIVE, ResumeOutcome.ALREADY_RESUMING)
+
+
+@dataclass(frozen=True)
+class HaltedPage:
+    """A page of the halted-workspaces index: workspace items (HALTED or RESUMING) and where the next page starts."""
+
+    workspaces: list[Item]
+    next_key: dict[str, Any] | None
 
 
 def to_item(raw: Mapping[str, Any]) -> Item:
@@ -255,11 +293,20 @@ class JobGuard:
     # ---- worker side ---------------------------------------------------------------------------------------------
 
     def claim(
-        self, message: JobMessage, *, message_id: str, sequence_number: str | None, remaining_ms: int
+        self,
+        message: JobMessage,
+        *,
+        message_id: str,
+        sequence_number: str | None,
+        remaining_ms: int,
+        body: str | None = None,
     ) -> ClaimResult:
         """Claim a job for this invocation: one transaction of a conditional update of the job and a check that its
         workspace is not halted. Succeeds iff the job is new, QUEUED, FAILED, or IN_FLIGHT with an expired lease,
         has attempts left, and carries the payload it was accepted with.
+
+        `body` (the message body) is written only if the claim finds the attempts used up and the job becomes DEAD,
+        so that an operator can retry it; the happy path never writes it.
         """
         now = self._clock()
         owner = secrets.token_hex(16)
@@ -327,11 +374,13 @@ class JobGuard:
             reasons = _cancellation(error)
             if reasons is None:
                 raise
-            return self._explain_lost_claim(message, reasons, now)
+            return self._explain_lost_claim(message, reasons, now, body=body)
         lease = Lease(message.job_id, message.workspace_id, message.tenant_id, owner, expires)
         return ClaimResult(ClaimOutcome.CLAIMED, lease=lease)
 
-    def _explain_lost_claim(self, message: JobMessage, reasons: list[dict[str, Any]], now: int) -> ClaimResult:
+    def _explain_lost_claim(
+        self, message: JobMessage, reasons: list[dict[str, Any]], now: int, *, body: str | None = None
+    ) -> ClaimResult:
         job_reason = reasons[0] if reasons else {}
         ws_reason = reasons[1] if len(reasons) > 1 else {}
         if not _reason_failed(job_reason):
@@ -356,6 +405,7 @@ class JobGuard:
             error=f"attempts exhausted ({old.get('attempt')} of {self._max_attempts}) without a recorded outcome",
             expect_owner=old.get("leaseOwner"),
             expect_status=str(status),
+            body=body,
         ):
             return ClaimResult(ClaimOutcome.EXHAUSTED, previous=old)
         return ClaimResult(ClaimOutcome.CONTENDED, previous=old)
@@ -390,10 +440,17 @@ class JobGuard:
             raise
         return True
 
-    def fail(self, lease: Lease, error: str, *, permanent: bool = False) -> FailOutcome:
-        """Record a failed attempt. Retryable with attempts left → FAILED; otherwise DEAD + workspace HALTED."""
+    def fail(self, lease: Lease, error: str, *, permanent: bool = False, body: str | None = None) -> FailOutcome:
+        """Record a failed attempt. Retryable with attempts left → FAILED (PARKED again for a job a resume's drain
+        claimed); otherwise DEAD + workspace HALTED, with `body` (the message body) stored so that the job can be
+        retried by a resume."""
         now = self._clock()
-        if not permanent:
+        if lease.resume_id is not None and not permanent:
+            parked = self._park_drained_again(lease, error, now)
+            if parked is not None:
+                return parked
+            error = f"{error} (attempts exhausted: {self._max_attempts})"
+        elif not permanent:
             try:
                 self._client.update_item(
                     TableName=self._table,
@@ -427,7 +484,9 @@ class JobGuard:
             else:
                 return FailOutcome.RETRY
         old_item = {"jobId": lease.job_id, "workspaceId": lease.workspace_id, "tenantId": lease.tenant_id}
-        if self._dead_and_halt(old_item, error=error, expect_owner=lease.owner, expect_status=str(JobStatus.IN_FLIGHT)):
+        if self._dead_and_halt(
+            old_item, error=error, expect_owner=lease.owner, expect_status=str(JobStatus.IN_FLIGHT), body=body
+        ):
             return FailOutcome.DEAD
         return FailOutcome.LOST
 
@@ -444,9 +503,11 @@ class JobGuard:
         """PARKED with its body and SequenceNumber, so a resume can run it in queue order later.
 
         With `halt_workspace`, the workspace is halted in the same transaction (used when a message reaches its last
-        delivery: parking it instead of letting the queue dead-letter it keeps the group's order intact).
-        Returns False if the job is already settled (SUCCEEDED, DEAD, ...), held by a live lease, or was accepted with
-        another payload.
+        delivery: parking it instead of letting the queue dead-letter it keeps the group's order intact); without it,
+        the workspace must be HALTED or RESUMING. The same transaction adds one to the workspace's `parkedCount` and
+        puts the job in the parked index (`parkedWorkspace`, `parkedSeq`), which a resume drains in order.
+        Returns False if the job is already settled (SUCCEEDED, DEAD, PARKED, ...), held by a live lease, was accepted
+        with another payload, or (without `halt_workspace`) the workspace is ACTIVE again: claim it again then.
         """
         now = self._clock()
         values: dict[str, Any] = {
@@ -463,11 +524,15 @@ class JobGuard:
             ":mid": message_id,
             ":body": body[:MAX_STORED_BODY_CHARS],
             ":reason": reason,
+            ":pws": message.workspace_id,
+            ":pseq": parked_sequence(sequence_number, now),
             ":empty": [],
             ":entry": [{"status": str(JobStatus.PARKED), "at": now, "reason": reason}],
         }
         set_clauses = [
             "#status = :parked",
+            "parkedWorkspace = :pws",
+            "parkedSeq = :pseq",
             "jobId = :jid",
             "workspaceId = :wid",
             "tenantId = :tid",
@@ -498,10 +563,13 @@ class JobGuard:
                 "ExpressionAttributeValues": _wire(values),
             }
         }
-        items = [job_update]
         if halt_workspace:
-            items.append(self._halt_workspace(message.workspace_id, message.tenant_id, message.job_id, reason, now))
-        return self._transact(items)
+            workspace_update = self._halt_workspace(
+                message.workspace_id, message.tenant_id, message.job_id, reason, now, parked_delta=1
+            )
+        else:
+            workspace_update = self._count_parked(message.workspace_id, 1, now, only_if_halted=True)
+        return self._transact([job_update, workspace_update])
 
     def reject(
         self,
@@ -589,6 +657,518 @@ class JobGuard:
         so that the queue dead-lettering it cannot let the next job of the workspace run."""
         update = self._halt_workspace(workspace_id, tenant_id, job_id, reason, self._clock())["Update"]
         self._client.update_item(**update)
+
+    # ---- halt, park, resume ----------------------------------------------------------------------------------------
+    #
+    # A workspace item carries, besides its halt fields: `parkedCount` (a strongly consistent count of its PARKED jobs,
+    # changed in the same transaction as each park and each job leaving PARKED), `resumeId` (while RESUMING),
+    # `drainingJobId` (the job a drain claimed and has not finished yet), `lastDrainedSeq` (the parked sequence of the
+    # last job a drain finished or a resume skipped) and `lastResume` (the operator's last decision). A PARKED job
+    # carries `parkedWorkspace` and `parkedSeq`, the keys of the sparse parked index; a halted workspace carries
+    # `haltedTenant`, the key of the sparse halted index. Index reads are eventually consistent: the drain trusts them
+    # only when they agree with `parkedCount`.
+
+    def begin_resume(
+        self,
+        workspace_id: str,
+        *,
+        tenant_id: str,
+        halting_job_id: str,
+        decision: ResumeDecision,
+        operator: str,
+    ) -> ResumeResult:
+        """Begin an operator's resume of a HALTED workspace of `tenant_id`, deciding its halting job.
+
+        `skip`: the halting job (DEAD, REJECTED or PARKED) becomes SKIPPED, with who and when in its history.
+        `retry`: a DEAD halting job becomes PARKED again with its attempts reset (it drains first: it has the lowest
+        SequenceNumber); a PARKED one stays PARKED (attempts reset); a REJECTED message, or a DEAD job without a stored
+        body, cannot run again (RETRY_REFUSED). A halting job without a record (the workspace was halted without one)
+        needs no change. One transaction writes the job and the workspace, conditional on the workspace still being
+        HALTED by `halting_job_id` (what the operator saw): RESUMING with a fresh resumeId (send a drain marker), or
+        ACTIVE at once when nothing is parked.
+        """
+        for _ in range(3):  # a park landing between the read and the write changes parkedCount: read again
+            workspace = self.get_workspace(workspace_id)
+            if workspace is None or not workspace.get("tenantId"):
+                return ResumeResult(ResumeOutcome.NOT_FOUND, workspace, reason=f"no workspace '{workspace_id}'")
+            if workspace.get("tenantId") != tenant_id:
+                return ResumeResult(ResumeOutcome.OTHER_TENANT, workspace)
+            state = workspace.get("state") or str(WorkspaceState.ACTIVE)
+            last = workspace.get("lastResume") or {}
+            if (
+                state == WorkspaceState.RESUMING
+                and last.get("haltingJobId") == halting_job_id
+                and last.get("decision") == str(decision)
+            ):
+                return ResumeResult(ResumeOutcome.ALREADY_RESUMING, workspace, resume_id=workspace.get("resumeId"))
+            if state != WorkspaceState.HALTED:
+                return ResumeResult(
+                    ResumeOutcome.NOT_HALTED,
+                    workspace,
+                    reason=f"workspace '{workspace_id}' is {state}, not HALTED; nothing to resume",
+                )
+            if workspace.get("haltingJobId") != halting_job_id:
+                return ResumeResult(
+                    ResumeOutcome.HALTING_JOB_CHANGED,
+                    workspace,
+                    reason=(
+                        f"workspace '{workspace_id}' is halted by '{workspace.get('haltingJobId')}', not"
+                        f" '{halting_job_id}'; read the workspace again and decide for its halting job"
+                    ),
+                )
+            result = self._try_resume(workspace, halting_job_id, decision, operator)
+            if result is not None:
+                return result
+        return ResumeResult(
+            ResumeOutcome.HALTING_JOB_CHANGED,
+            self.get_workspace(workspace_id),
+            reason=f"workspace '{workspace_id}' kept changing while resuming; read it again and retry",
+        )
+
+    def _try_resume(
+        self, workspace: Item, halting_job_id: str, decision: ResumeDecision, operator: str
+    ) -> ResumeResult | None:
+        now = self._clock()
+        workspace_id = str(workspace["workspaceId"]) if "workspaceId" in workspace else str(workspace["pk"])[3:]
+        resume_id = secrets.token_hex(8)
+        pk = halting_job_id if halting_job_id.startswith("msg#") else job_key(halting_job_id)
+        raw = self._client.get_item(TableName=self._table, Key=_wire({"pk": pk}), ConsistentRead=True).get("Item")
+        job = to_item(raw) if raw else None
+        status = (job or {}).get("status")
+        if decision is ResumeDecision.RETRY and (pk.startswith("msg#") or status == JobStatus.REJECTED):
+            return ResumeResult(
+                ResumeOutcome.RETRY_REFUSED,
+                workspace,
+                reason=f"'{halting_job_id}' is a rejected message and cannot run; resume with decision 'skip'",
+            )
+        if decision is ResumeDecision.RETRY and status == JobStatus.DEAD and not (job or {}).get("body"):
+            return ResumeResult(
+                ResumeOutcome.RETRY_REFUSED,
+                workspace,
+                reason=(
+                    f"job '{halting_job_id}' has no stored message to run again; resume with decision 'skip' and"
+                    " submit the job again under a new jobId"
+                ),
+            )
+        items: list[TransactWriteItemTypeDef] = []
+        parked_delta, drained_seq = 0, None
+        if job is not None and status in (JobStatus.DEAD, JobStatus.REJECTED, JobStatus.PARKED):
+            update, parked_delta, drained_seq = self._decide_halting_job(
+                pk, job, workspace_id=workspace_id, decision=decision, operator=operator, resume_id=resume_id, now=now
+            )
+            items.append(update)
+        count = int(workspace.get("parkedCount", 0))
+        activate = count + parked_delta <= 0 and not workspace.get("drainingJobId")
+        ws_values: dict[str, Any] = {
+            ":halted": str(WorkspaceState.HALTED),
+            ":seen": halting_job_id,
+            ":now": now,
+            ":last": {
+                "resumeId": resume_id,
+                "decision": str(decision),
+                "haltingJobId": halting_job_id,
+                "haltReason": workspace.get("haltReason"),
+                "haltedAt": workspace.get("haltedAt"),
+                "by": operator,
+                "at": now,
+            },
+        }
+        condition = "#state = :halted AND haltingJobId = :seen"
+        removed = ["haltingJobId", "haltReason", "haltedAt"]
+        if activate:
+            ws_values.update({":active": str(WorkspaceState.ACTIVE), ":count": count, ":zero": 0})
+            condition += " AND (attribute_not_exists(parkedCount) OR parkedCount = :count)"
+            condition += " AND attribute_not_exists(drainingJobId)"
+            expression = "SET #state = :active, parkedCount = :zero, updatedAt = :now, lastResume = :last"
+            removed += ["haltedTenant", "resumeId"]
+        else:
+            ws_values.update({":resuming": str(WorkspaceState.RESUMING), ":rid": resume_id})
+            expression = "SET #state = :resuming, resumeId = :rid, updatedAt = :now, lastResume = :last"
+            if parked_delta:
+                ws_values[":pdelta"] = parked_delta
+                expression += " ADD parkedCount :pdelta"
+        if drained_seq is not None and drained_seq > str(workspace.get("lastDrainedSeq", "")):
+            ws_values[":dseq"] = drained_seq
+            expression = expression.replace(", updatedAt = :now", ", updatedAt = :now, lastDrainedSeq = :dseq", 1)
+        items.append(
+            {
+                "Update": {
+                    "TableName": self._table,
+                    "Key": _wire({"pk": workspace_key(workspace_id)}),
+                    "UpdateExpression": expression + " REMOVE " + ", ".join(removed),
+                    "ConditionExpression": condition,
+                    "ExpressionAttributeNames": {"#state": "state"},
+                    "ExpressionAttributeValues": _wire(ws_values),
+                }
+            }
+        )
+        if not self._transact(items):
+            return None
+        after = self.get_workspace(workspace_id)
+        if activate:
+            return ResumeResult(ResumeOutcome.ACTIVE, after, resume_id=resume_id)
+        return ResumeResult(ResumeOutcome.RESUMING, after, resume_id=resume_id)
+
+    def _decide_halting_job(
+        self,
+        pk: str,
+        job: Item,
+        *,
+        workspace_id: str,
+        decision: ResumeDecision,
+        operator: str,
+        resume_id: str,
+        now: int,
+    ) -> tuple[TransactWriteItemTypeDef, int, str | None]:
+        """The halting job's update for a decision, the change of parkedCount it makes, and the parked position a
+        skip leaves behind (the drain's `lastDrainedSeq`)."""
+        status = job.get("status")
+        entry = {"at": now, "by": operator, "decision": str(decision), "resumeId": resume_id}
+        seq = parked_sequence(job.get("sequenceNumber"), int(job.get("acceptedAt", now)))
+        values: dict[str, Any] = {":seen": status, ":now": now, ":empty": []}
+        names = {"#status": "status"}
+        if decision is ResumeDecision.SKIP:
+            values.update(
+                {
+                    ":skipped": str(JobStatus.SKIPPED),
+                    ":by": operator,
+                    ":ttl": self._ttl(now),
+                    ":entry": [{"status": str(JobStatus.SKIPPED), **entry}],
+                }
+            )
+            names["#ttl"] = "ttl"
+            expression = (
+                "SET #status = :skipped, skippedBy = :by, updatedAt = :now, finishedAt = :now, #ttl = :ttl,"
+                " history = list_append(if_not_exists(history, :empty), :entry)"
+                " REMOVE parkedWorkspace, parkedSeq"
+            )
+            parked_delta: int = -1 if status == JobStatus.PARKED else 0
+            drained_seq: str | None = seq
+        else:
+            values.update(
+                {
+                    ":parked": str(JobStatus.PARKED),
+                    ":zero": 0,
+                    ":pws": workspace_id,
+                    ":pseq": seq,
+                    ":reason": f"retry decided by {operator}",
+                    ":entry": [{"status": str(JobStatus.PARKED), **entry}],
+                }
+            )
+            # Attempts start again; the job keeps its SequenceNumber, so the drain runs it before the jobs behind it.
+            expression = (
+                "SET #status = :parked, attempt = :zero, parkedWorkspace = :pws, parkedSeq = :pseq,"
+                " parkedReason = :reason, updatedAt = :now,"
+                " history = list_append(if_not_exists(history, :empty), :entry)"
+            )
+            parked_delta = 1 if status == JobStatus.DEAD else 0
+            drained_seq = None
+        update: TransactWriteItemTypeDef = {
+            "Update": {
+                "TableName": self._table,
+                "Key": _wire({"pk": pk}),
+                "UpdateExpression": expression,
+                "ConditionExpression": "#status = :seen",
+                "ExpressionAttributeNames": names,
+                "ExpressionAttributeValues": _wire(values),
+            }
+        }
+        return update, parked_delta, drained_seq
+
+    def list_parked(self, workspace_id: str, *, after_seq: str | None, expected: int) -> list[Item] | None:
+        """The PARKED jobs of a workspace in SequenceNumber order, read from the parked index (entries carry the keys,
+        jobId, workspaceId and tenantId; read the job for its body).
+
+        The index is eventually consistent: it may still show jobs that left PARKED, or not yet show jobs that just
+        became PARKED. Entries after `after_seq` (the workspace's `lastDrainedSeq`: everything at or before it was
+        drained or skipped) are taken as parked; entries at or before it are checked with a consistent read (normally
+        there are none, or a few stale ones). None when fewer than `expected` (the workspace's `parkedCount`, which is
+        strongly consistent) are found: the index is lagging and the order it shows cannot be trusted; come back
+        later.
+        """
+        entries: list[Item] = []
+        start: dict[str, Any] | None = None
+        while True:
+            kwargs: dict[str, Any] = {
+                "TableName": self._table,
+                "IndexName": PARKED_INDEX,
+                "KeyConditionExpression": "parkedWorkspace = :ws",
+                "ExpressionAttributeValues": _wire({":ws": workspace_id}),
+            }
+            if start:
+                kwargs["ExclusiveStartKey"] = start
+            response = self._client.query(**kwargs)
+            entries.extend(to_item(raw) for raw in response.get("Items", []))
+            start = response.get("LastEvaluatedKey")
+            if not start:
+                break
+        if len(entries) < expected:
+            return None
+        ahead = [entry for entry in entries if not after_seq or str(entry.get("parkedSeq", "")) > after_seq]
+        if len(ahead) < expected:
+            for entry in entries:
+                if entry in ahead:
+                    continue
+                job = self.get_job(str(entry["jobId"]))
+                if job and job.get("status") == JobStatus.PARKED and job.get("parkedWorkspace") == workspace_id:
+                    ahead.append(job)
+            if len(ahead) < expected:
+                return None
+        return sorted(ahead, key=lambda item: str(item.get("parkedSeq", "")))
+
+    def claim_parked(self, job: Item, *, resume_id: str, remaining_ms: int, reclaim: bool = False) -> ClaimResult:
+        """Claim a PARKED job for the drain of resume `resume_id`: one transaction of the job (PARKED → IN_FLIGHT,
+        out of the parked index) and its workspace (RESUMING with this resumeId, no other drained job unfinished;
+        `parkedCount` - 1, `drainingJobId` = the job).
+
+        With `reclaim`, the job is the workspace's `drainingJobId`, left IN_FLIGHT by a drain that never came back: it
+        is claimed again once its lease expired, if it has attempts left (else DEAD and the workspace HALTED:
+        EXHAUSTED). Lost claims: WORKSPACE_HALTED (the resume is over or another one began), BUSY (a live lease),
+        SETTLED (not PARKED any more: the index showed a stale entry), CONTENDED.
+        """
+        now = self._clock()
+        owner = secrets.token_hex(16)
+        expires = now + max(remaining_ms, 0)
+        job_id = str(job["jobId"])
+        workspace_id = str(job["workspaceId"])
+        parked_seq = str(job.get("parkedSeq") or parked_sequence(job.get("sequenceNumber"), now))
+        values: dict[str, Any] = {
+            ":inflight": str(JobStatus.IN_FLIGHT),
+            ":parked": str(JobStatus.PARKED),
+            ":now": now,
+            ":zero": 0,
+            ":one": 1,
+            ":owner": owner,
+            ":exp": expires,
+            ":empty": [],
+            ":entry": [{"status": str(JobStatus.IN_FLIGHT), "at": now, "resumeId": resume_id}],
+        }
+        if reclaim:
+            values[":max"] = self._max_attempts
+            job_condition = "#status = :inflight AND leaseExpiresAt < :now AND attempt < :max"
+        else:
+            job_condition = "#status = :parked"
+        job_update: TransactWriteItemTypeDef = {
+            "Update": {
+                "TableName": self._table,
+                "Key": _wire({"pk": job_key(job_id)}),
+                "UpdateExpression": (
+                    "SET #status = :inflight, attempt = if_not_exists(attempt, :zero) + :one, leaseOwner = :owner,"
+                    " leaseExpiresAt = :exp, updatedAt = :now,"
+                    " history = list_append(if_not_exists(history, :empty), :entry)"
+                    " REMOVE parkedWorkspace, parkedSeq"
+                ),
+                "ConditionExpression": job_condition,
+                "ExpressionAttributeNames": {"#status": "status"},
+                "ExpressionAttributeValues": _wire(values),
+                "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+            }
+        }
+        ws_values: dict[str, Any] = {
+            ":resuming": str(WorkspaceState.RESUMING),
+            ":rid": resume_id,
+            ":jid": job_id,
+            ":now": now,
+        }
+        if reclaim:
+            ws_condition = "#state = :resuming AND resumeId = :rid AND drainingJobId = :jid"
+            ws_expression = "SET updatedAt = :now"
+        else:
+            ws_values[":minus"] = -1
+            ws_condition = "#state = :resuming AND resumeId = :rid AND attribute_not_exists(drainingJobId)"
+            ws_expression = "SET drainingJobId = :jid, updatedAt = :now ADD parkedCount :minus"
+        workspace_update: TransactWriteItemTypeDef = {
+            "Update": {
+                "TableName": self._table,
+                "Key": _wire({"pk": workspace_key(workspace_id)}),
+                "UpdateExpression": ws_expression,
+                "ConditionExpression": ws_condition,
+                "ExpressionAttributeNames": {"#state": "state"},
+                "ExpressionAttributeValues": _wire(ws_values),
+                "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+            }
+        }
+        try:
+            self._client.transact_write_items(TransactItems=[job_update, workspace_update])
+        except ClientError as error:
+            reasons = _cancellation(error)
+            if reasons is None:
+                raise
+            job_reason = reasons[0] if reasons else {}
+            ws_reason = reasons[1] if len(reasons) > 1 else {}
+            if _reason_failed(ws_reason):
+                return ClaimResult(ClaimOutcome.WORKSPACE_HALTED, workspace=to_item(ws_reason.get("Item", {})))
+            if not _reason_failed(job_reason):
+                return ClaimResult(ClaimOutcome.CONTENDED)
+            old = to_item(job_reason.get("Item", {}))
+            if reclaim and old.get("status") == JobStatus.IN_FLIGHT:
+                if int(old.get("leaseExpiresAt", 0)) >= now:
+                    return ClaimResult(ClaimOutcome.BUSY, previous=old)
+                if self._dead_and_halt(
+                    old,
+                    error=f"attempts exhausted ({old.get('attempt')} of {self._max_attempts}) while resuming",
+                    expect_owner=old.get("leaseOwner"),
+                    expect_status=str(JobStatus.IN_FLIGHT),
+                ):
+                    return ClaimResult(ClaimOutcome.EXHAUSTED, previous=old)
+                return ClaimResult(ClaimOutcome.CONTENDED, previous=old)
+            return ClaimResult(ClaimOutcome.SETTLED, previous=old)
+        lease = Lease(
+            job_id,
+            workspace_id,
+            str(job.get("tenantId", "")),
+            owner,
+            expires,
+            resume_id=resume_id,
+            parked_seq=parked_seq,
+        )
+        return ClaimResult(ClaimOutcome.CLAIMED, lease=lease)
+
+    def release_drain(self, workspace_id: str, job_id: str, *, drained_seq: str | None) -> bool:
+        """The drain is done with `job_id` (it finished, or it is PARKED again): clear `drainingJobId`, and record
+        `drained_seq` as the last drained position when the job finished. False if the workspace no longer names it."""
+        values: dict[str, Any] = {":jid": job_id, ":now": self._clock()}
+        expression = "SET updatedAt = :now"
+        if drained_seq is not None:
+            values[":dseq"] = drained_seq
+            expression += ", lastDrainedSeq = :dseq"
+        return self._transact(
+            [
+                {
+                    "Update": {
+                        "TableName": self._table,
+                        "Key": _wire({"pk": workspace_key(workspace_id)}),
+                        "UpdateExpression": expression + " REMOVE drainingJobId",
+                        "ConditionExpression": "drainingJobId = :jid",
+                        "ExpressionAttributeValues": _wire(values),
+                    }
+                }
+            ]
+        )
+
+    def activate(self, workspace_id: str, resume_id: str) -> bool:
+        """RESUMING → ACTIVE, only if this resume is still the current one, nothing is parked (`parkedCount` = 0) and
+        no drained job is unfinished. Out of the halted index. False otherwise (come back later, or the marker is
+        stale)."""
+        return self._transact(
+            [
+                {
+                    "Update": {
+                        "TableName": self._table,
+                        "Key": _wire({"pk": workspace_key(workspace_id)}),
+                        "UpdateExpression": (
+                            "SET #state = :active, updatedAt = :now REMOVE resumeId, haltedTenant, drainingJobId"
+                        ),
+                        "ConditionExpression": (
+                            "#state = :resuming AND resumeId = :rid"
+                            " AND (attribute_not_exists(parkedCount) OR parkedCount = :zero)"
+                            " AND attribute_not_exists(drainingJobId)"
+                        ),
+                        "ExpressionAttributeNames": {"#state": "state"},
+                        "ExpressionAttributeValues": _wire(
+                            {
+                                ":active": str(WorkspaceState.ACTIVE),
+                                ":resuming": str(WorkspaceState.RESUMING),
+                                ":rid": resume_id,
+                                ":zero": 0,
+                                ":now": self._clock(),
+                            }
+                        ),
+                    }
+                }
+            ]
+        )
+
+    def list_halted(self, tenant_id: str, *, limit: int = 50, start_key: Mapping[str, Any] | None = None) -> HaltedPage:
+        """A page of the tenant's HALTED and RESUMING workspaces (the halted index, ordered by workspaceId)."""
+        kwargs: dict[str, Any] = {
+            "TableName": self._table,
+            "IndexName": HALTED_INDEX,
+            "KeyConditionExpression": "haltedTenant = :tid",
+            "ExpressionAttributeValues": _wire({":tid": tenant_id}),
+            "Limit": limit,
+        }
+        if start_key:
+            kwargs["ExclusiveStartKey"] = _wire(start_key)
+        response = self._client.query(**kwargs)
+        items = [to_item(raw) for raw in response.get("Items", [])]
+        # The index may lag a resume that just finished: show only what it says is still halted or resuming.
+        shown = [item for item in items if item.get("state") in (WorkspaceState.HALTED, WorkspaceState.RESUMING)]
+        last = response.get("LastEvaluatedKey")
+        return HaltedPage(shown, to_item(last) if last else None)
+
+    def _count_parked(
+        self, workspace_id: str, delta: int, now: int, *, only_if_halted: bool = False
+    ) -> TransactWriteItemTypeDef:
+        update: TransactWriteItemTypeDef = {
+            "Update": {
+                "TableName": self._table,
+                "Key": _wire({"pk": workspace_key(workspace_id)}),
+                "UpdateExpression": "SET updatedAt = :now ADD parkedCount :delta",
+                "ExpressionAttributeValues": _wire({":now": now, ":delta": delta}),
+            }
+        }
+        if only_if_halted:
+            # A job parks only behind a halt: if the workspace is ACTIVE again, the job must be claimed instead.
+            update["Update"]["ConditionExpression"] = "#state IN (:halted, :resuming)"
+            update["Update"]["ExpressionAttributeNames"] = {"#state": "state"}
+            update["Update"]["ExpressionAttributeValues"] = _wire(
+                {
+                    ":now": now,
+                    ":delta": delta,
+                    ":halted": str(WorkspaceState.HALTED),
+                    ":resuming": str(WorkspaceState.RESUMING),
+                }
+            )
+        return update
+
+    def _park_drained_again(self, lease: Lease, error: str, now: int) -> FailOutcome | None:
+        """A drained job failed and has attempts left: PARKED again at its place (counted), the drain released.
+        None when it has no attempts left (the caller makes it DEAD)."""
+        values = {
+            ":parked": str(JobStatus.PARKED),
+            ":inflight": str(JobStatus.IN_FLIGHT),
+            ":error": error,
+            ":now": now,
+            ":owner": lease.owner,
+            ":max": self._max_attempts,
+            ":pws": lease.workspace_id,
+            ":pseq": lease.parked_seq or parked_sequence(None, now),
+            ":entry": [{"status": str(JobStatus.PARKED), "at": now, "error": error[:500], "resumeId": lease.resume_id}],
+        }
+        job_update: TransactWriteItemTypeDef = {
+            "Update": {
+                "TableName": self._table,
+                "Key": _wire({"pk": job_key(lease.job_id)}),
+                "UpdateExpression": (
+                    "SET #status = :parked, #error = :error, updatedAt = :now, parkedWorkspace = :pws,"
+                    " parkedSeq = :pseq, history = list_append(history, :entry)"
+                ),
+                "ConditionExpression": "leaseOwner = :owner AND #status = :inflight AND attempt < :max",
+                "ExpressionAttributeNames": {"#status": "status", "#error": "error"},
+                "ExpressionAttributeValues": _wire(values),
+                "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+            }
+        }
+        workspace_update: TransactWriteItemTypeDef = {
+            "Update": {
+                "TableName": self._table,
+                "Key": _wire({"pk": workspace_key(lease.workspace_id)}),
+                "UpdateExpression": "SET updatedAt = :now ADD parkedCount :one REMOVE drainingJobId",
+                "ExpressionAttributeValues": _wire({":now": now, ":one": 1}),
+            }
+        }
+        try:
+            self._client.transact_write_items(TransactItems=[job_update, workspace_update])
+        except ClientError as client_error:
+            reasons = _cancellation(client_error)
+            if reasons is None or not reasons or not _reason_failed(reasons[0]):
+                raise
+            old = to_item(reasons[0].get("Item", {}))
+            if old.get("leaseOwner") != lease.owner or old.get("status") != JobStatus.IN_FLIGHT:
+                return FailOutcome.LOST
+            return None
+        return FailOutcome.PARKED
 
     # ---- reads (status API) --------------------------------------------------------------------------------------
 
@@ -737,7 +1317,7 @@ class JobGuard:
         }
 
     def _halt_workspace(
-        self, workspace_id: str, tenant_id: str | None, job_id: str, reason: str, now: int
+        self, workspace_id: str, tenant_id: str | None, job_id: str, reason: str, now: int, *, parked_delta: int = 0
     ) -> TransactWriteItemTypeDef:
         # The first halt wins: a workspace already halted keeps the job and reason that halted it first.
         values: dict[str, Any] = {
@@ -758,17 +1338,26 @@ class JobGuard:
         if tenant_id:
             values[":tid"] = tenant_id
             set_clauses.append("tenantId = if_not_exists(tenantId, :tid)")
+            # The sparse "halted workspaces by tenant" index; the owner is the registered tenant if there is one.
+            set_clauses.append("haltedTenant = if_not_exists(tenantId, :tid)")
+        # A halt during a resume ends that resume: its drain markers become stale.
+        expression = "SET " + ", ".join(set_clauses)
+        if parked_delta:
+            values[":pdelta"] = parked_delta
+            expression += " ADD parkedCount :pdelta"
         return {
             "Update": {
                 "TableName": self._table,
                 "Key": _wire({"pk": workspace_key(workspace_id)}),
-                "UpdateExpression": "SET " + ", ".join(set_clauses),
+                "UpdateExpression": expression + " REMOVE resumeId",
                 "ExpressionAttributeNames": {"#state": "state"},
                 "ExpressionAttributeValues": _wire(values),
             }
         }
 
-    def _dead_and_halt(self, old: Item, *, error: str, expect_owner: Any, expect_status: str) -> bool:
+    def _dead_and_halt(
+        self, old: Item, *, error: str, expect_owner: Any, expect_status: str, body: str | None = None
+    ) -> bool:
         now = self._clock()
         job_id = str(old["jobId"])
         values: dict[str, Any] = {
@@ -779,6 +1368,11 @@ class JobGuard:
             ":entry": [{"status": str(JobStatus.DEAD), "at": now, "error": error[:500]}],
             ":empty": [],
         }
+        # The body is kept so that an operator can retry the job on resume (only DEAD jobs pay for storing it).
+        store_body = ""
+        if body is not None:
+            values[":body"] = body[:MAX_STORED_BODY_CHARS]
+            store_body = ", body = :body"
         condition = "#status = :status"
         if expect_owner is None:
             condition += " AND attribute_not_exists(leaseOwner)"
@@ -792,7 +1386,7 @@ class JobGuard:
                 # A DEAD job halts its workspace until an operator decides: TTL must not collect it.
                 "UpdateExpression": (
                     "SET #status = :dead, #error = :error, updatedAt = :now, finishedAt = :now,"
-                    " history = list_append(if_not_exists(history, :empty), :entry) REMOVE #ttl"
+                    f" history = list_append(if_not_exists(history, :empty), :entry){store_body} REMOVE #ttl"
                 ),
                 "ConditionExpression": condition,
                 "ExpressionAttributeNames": {"#status": "status", "#error": "error", "#ttl": "ttl"},

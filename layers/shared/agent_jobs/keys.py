@@ -26,6 +26,22 @@ def deduplication_id(job_id: str, job_type: str) -> str:
     return hashlib.sha256(f"{job_id}:{job_type}".encode()).hexdigest()
 
 
+def drain_deduplication_id(workspace_id: str, resume_id: str, round_number: int) -> str:
+    """sha256(`drain:<workspaceId>:<resumeId>:<round>`) hex: one drain marker per round of a resume."""
+    return hashlib.sha256(f"drain:{workspace_id}:{resume_id}:{round_number}".encode()).hexdigest()
+
+
+PARKED_SEQUENCE_WIDTH = 40
+
+
+def parked_sequence(sequence_number: str | None, fallback_ms: int) -> str:
+    """A SequenceNumber zero-padded to a fixed width, so the string order of the parked index is the numeric order.
+    A job parked without a SequenceNumber sorts after every numbered one, by the time it was parked."""
+    if sequence_number and sequence_number.isdigit():
+        return sequence_number.rjust(PARKED_SEQUENCE_WIDTH, "0")
+    return "~" + str(fallback_ms).rjust(PARKED_SEQUENCE_WIDTH, "0")
+
+
 def job_key(job_id: str) -> str:
     return f"job#{job_id}"
 

@@ -59,6 +59,34 @@ class _Model(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
 
 
+class ResumeDecision(StrEnum):
+    """What an operator decides for the job that halted a workspace when resuming it."""
+
+    RETRY = "retry"  # run the halting job again, first, then the parked jobs behind it
+    SKIP = "skip"  # never run the halting job (SKIPPED), run the parked jobs behind it
+
+
+DRAIN_MESSAGE_TYPE = "drain"
+"""The `type` message attribute of a drain marker (job messages carry their job type there)."""
+
+
+class ResumeRequest(_Model):
+    """The body of `POST /workspaces/{workspaceId}/resume`: the decision for the halting job the operator saw."""
+
+    decision: ResumeDecision
+    halting_job_id: Annotated[str, Field(min_length=1, max_length=200)]
+
+
+class DrainMarker(_Model):
+    """The body of a drain marker: sent into a resuming workspace's own FIFO group, it makes the worker run that
+    workspace's PARKED jobs in SequenceNumber order. `round` counts the markers of one resume."""
+
+    drain: Literal["parked"] = "parked"
+    workspace_id: WorkspaceId
+    resume_id: Annotated[str, Field(min_length=1, max_length=64, pattern=ID_PATTERN)]
+    round: Annotated[int, Field(ge=0)] = 0
+
+
 class Author(_Model):
     name: Annotated[str, Field(min_length=1, max_length=200)]
     email: Annotated[str, Field(min_length=3, max_length=254, pattern=r"^[^@\s]+@[^@\s]+$")]

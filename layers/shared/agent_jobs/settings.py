@@ -30,6 +30,10 @@ class Settings(BaseSettings):
     time_safety_margin_ms: Annotated[int, Field(ge=0)] = 10_000
     backoff_base_seconds: Annotated[int, Field(ge=0)] = 2
     backoff_max_seconds: Annotated[int, Field(ge=0, le=43_200)] = 300
+    # A resume's drain runs at most this many parked jobs per drain marker before it sends the next marker.
+    drain_jobs_per_marker: Annotated[int, Field(ge=1, le=1000)] = 10
+    # How long a drain marker waits when the parked index lags behind the workspace's parkedCount.
+    drain_lag_retry_seconds: Annotated[int, Field(ge=0, le=300)] = 1
     workspaces_root: str = "/tmp/agent-jobs/workspaces"
 
     # The payload bucket's lifecycle expiration (PayloadRetentionDays); None when not set (no check).

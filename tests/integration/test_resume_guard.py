@@ -1,0 +1,442 @@
+"""The guard's halt, park and resume transitions, on moto in-process and on moto's server over HTTP (the table, with
+its sparse parked and halted indexes, created from template.yaml)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from agent_jobs.guard import ClaimOutcome, FailOutcome, JobGuard, ResumeOutcome
+from agent_jobs.keys import parked_sequence
+from agent_jobs.models import JobStatus, ResumeDecision, WorkspaceState
+from tests.conftest import ManualClock, Stack, make_message
+
+RETRY, SKIP = ResumeDecision.RETRY, ResumeDecision.SKIP
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+def guard(any_stack: Stack, clock: ManualClock) -> JobGuard:
+    return JobGuard(any_stack.services.dynamodb, any_stack.table_name, max_attempts=3, clock=clock)
+
+
+def body_of(message: Any) -> str:
+    return str(message.model_dump_json(by_alias=True))
+
+
+def dead(guard: JobGuard, job_id: str, seq: str = "100", workspace_id: str = "ws-a", body: bool = True) -> Any:
+    """A job claimed at `seq` that failed permanently: DEAD, its workspace halted."""
+    message = make_message(job_id, workspace_id)
+    claim = guard.claim(message, message_id=f"m-{job_id}", sequence_number=seq, remaining_ms=60_000)
+    assert claim.lease is not None
+    outcome = guard.fail(claim.lease, "patch does not apply", permanent=True, body=body_of(message) if body else None)
+    assert outcome is FailOutcome.DEAD
+    return message
+
+
+def park(guard: JobGuard, job_id: str, seq: str, workspace_id: str = "ws-a", *, halt: bool = False) -> Any:
+    message = make_message(job_id, workspace_id)
+    assert guard.park(
+        message,
+        message_id=f"m-{job_id}",
+        sequence_number=seq,
+        body=body_of(message),
+        reason="workspace halted",
+        halt_workspace=halt,
+    )
+    return message
+
+
+def resume(guard: JobGuard, halting: str, decision: ResumeDecision, **kw: Any) -> Any:
+    arguments: dict[str, Any] = {"tenant_id": "tenant-1", "operator": "alice", **kw}
+    return guard.begin_resume("ws-a", halting_job_id=halting, decision=decision, **arguments)
+
+
+# ---- what a halt keeps ---------------------------------------------------------------------------------------------
+
+
+def test_dead_job_keeps_its_body_for_a_retry(guard: JobGuard, any_stack: Stack):
+    message = dead(guard, "d1")
+    job = any_stack.job("d1")
+    assert job["status"] == JobStatus.DEAD
+    assert job["body"] == body_of(message)
+    workspace = any_stack.workspace("ws-a")
+    assert workspace["haltedTenant"] == "tenant-1"  # listed as halted for its tenant
+
+
+def test_claim_exhausted_path_keeps_the_body(guard: JobGuard, any_stack: Stack, clock: ManualClock):
+    # Given a job whose every attempt was taken by workers that never came back
+    message = make_message("x1")
+    for _ in range(3):
+        assert guard.claim(message, message_id="m", sequence_number="100", remaining_ms=1_000).claimed
+        clock.advance(2)
+    # When it is delivered again
+    result = guard.claim(message, message_id="m", sequence_number="100", remaining_ms=1_000, body=body_of(message))
+    # Then it is DEAD with its body
+    assert result.outcome is ClaimOutcome.EXHAUSTED
+    assert any_stack.job("x1")["body"] == body_of(message)
+
+
+def test_succeeded_job_stores_no_body(guard: JobGuard, any_stack: Stack):
+    message = make_message("ok1")
+    claim = guard.claim(message, message_id="m", sequence_number="100", remaining_ms=60_000, body=body_of(message))
+    assert claim.lease is not None
+    assert guard.complete(claim.lease, {"ok": True})
+    assert "body" not in any_stack.job("ok1")
+
+
+def test_park_counts_and_indexes_the_job(guard: JobGuard, any_stack: Stack):
+    dead(guard, "d1")
+    park(guard, "p2", "200")
+    park(guard, "p3", "1000")
+    assert any_stack.workspace("ws-a")["parkedCount"] == 2
+    job = any_stack.job("p2")
+    assert job["parkedWorkspace"] == "ws-a"
+    assert job["parkedSeq"] == parked_sequence("200", 0)
+    # a second park of the same job changes nothing
+    message = make_message("p2")
+    assert not guard.park(message, message_id="m", sequence_number="200", body="{}", reason="again")
+    assert any_stack.workspace("ws-a")["parkedCount"] == 2
+
+
+def test_park_without_halt_refuses_an_active_workspace(guard: JobGuard, any_stack: Stack):
+    # Given a workspace that is ACTIVE (the claim that saw it halted is stale)
+    assert guard.claim(make_message("a1"), message_id="m", sequence_number="1", remaining_ms=60_000).claimed
+    any_stack.services.dynamodb.put_item(
+        TableName=any_stack.table_name, Item={"pk": {"S": "ws#ws-a"}, "state": {"S": "ACTIVE"}}
+    )
+    message = make_message("a2")
+    # Then the job is not parked where no resume would ever run it
+    assert not guard.park(message, message_id="m2", sequence_number="2", body="{}", reason="workspace halted")
+    assert any_stack.job("a2") is None
+
+
+def test_park_with_halt_halts_and_counts(guard: JobGuard, any_stack: Stack):
+    park(guard, "l1", "100", halt=True)
+    workspace = any_stack.workspace("ws-a")
+    assert workspace["state"] == WorkspaceState.HALTED
+    assert workspace["haltingJobId"] == "l1"
+    assert workspace["parkedCount"] == 1
+
+
+# ---- begin_resume: decisions ---------------------------------------------------------------------------------------
+
+
+def test_resume_retry_of_a_dead_job_parks_it_again_first(guard: JobGuard, any_stack: Stack, clock: ManualClock):
+    # Given d1 DEAD (seq 100) and p2 parked behind it
+    dead(guard, "d1", seq="100")
+    park(guard, "p2", "200")
+    clock.advance(10)
+
+    # When the operator retries d1
+    result = resume(guard, "d1", RETRY)
+
+    # Then d1 is PARKED with its attempts reset and its place first; the workspace RESUMING, halt fields gone
+    assert result.outcome is ResumeOutcome.RESUMING
+    job = any_stack.job("d1")
+    assert job["status"] == JobStatus.PARKED
+    assert job["attempt"] == 0
+    assert job["parkedSeq"] < any_stack.job("p2")["parkedSeq"]
+    assert job["history"][-1] == {
+        "status": "PARKED",
+        "at": clock.now,
+        "by": "alice",
+        "decision": "retry",
+        "resumeId": result.resume_id,
+    }
+    workspace = any_stack.workspace("ws-a")
+    assert workspace["state"] == WorkspaceState.RESUMING
+    assert workspace["resumeId"] == result.resume_id
+    assert workspace["parkedCount"] == 2
+    assert not {"haltingJobId", "haltReason", "haltedAt"} & set(workspace)
+    assert workspace["lastResume"]["haltingJobId"] == "d1"
+    assert workspace["lastResume"]["decision"] == "retry"
+    assert workspace["lastResume"]["by"] == "alice"
+    assert "DEAD" in workspace["lastResume"]["haltReason"]
+
+
+def test_resume_skip_of_a_dead_job_with_nothing_parked_is_active_at_once(guard: JobGuard, any_stack: Stack):
+    dead(guard, "d1")
+    result = resume(guard, "d1", SKIP)
+    assert result.outcome is ResumeOutcome.ACTIVE
+    job = any_stack.job("d1")
+    assert job["status"] == JobStatus.SKIPPED
+    assert job["skippedBy"] == "alice"
+    assert job["history"][-1]["status"] == "SKIPPED"
+    assert "ttl" in job  # settled: garbage collection may take it again
+    workspace = any_stack.workspace("ws-a")
+    assert workspace["state"] == WorkspaceState.ACTIVE
+    assert "haltedTenant" not in workspace
+    assert "resumeId" not in workspace
+
+
+def test_resume_skip_with_parked_jobs_is_resuming(guard: JobGuard, any_stack: Stack):
+    dead(guard, "d1", seq="100")
+    park(guard, "p2", "200")
+    result = resume(guard, "d1", SKIP)
+    assert result.outcome is ResumeOutcome.RESUMING
+    workspace = any_stack.workspace("ws-a")
+    assert workspace["parkedCount"] == 1
+    assert workspace["lastDrainedSeq"] == parked_sequence("100", 0)
+
+
+def test_resume_of_a_rejected_message_skip_only(guard: JobGuard, any_stack: Stack):
+    # Given a message rejected under its jobId
+    assert guard.reject(
+        message_id="m-r1", job_id="r1", workspace_id="ws-a", tenant_id="tenant-1", reason="bad", body="{"
+    )
+    # Then a retry is refused and changes nothing; a skip is taken
+    refused = resume(guard, "r1", RETRY)
+    assert refused.outcome is ResumeOutcome.RETRY_REFUSED
+    assert "skip" in refused.reason
+    assert any_stack.job("r1")["status"] == JobStatus.REJECTED
+    assert any_stack.workspace("ws-a")["state"] == WorkspaceState.HALTED
+    assert resume(guard, "r1", SKIP).outcome is ResumeOutcome.ACTIVE
+    assert any_stack.job("r1")["status"] == JobStatus.SKIPPED
+
+
+def test_resume_of_a_message_without_job_id_skip_only(guard: JobGuard, any_stack: Stack):
+    assert guard.reject(message_id="m-9", job_id=None, workspace_id="ws-a", tenant_id="tenant-1", reason="x", body="")
+    halting = any_stack.workspace("ws-a")["haltingJobId"]
+    assert halting == "msg#m-9"
+    assert resume(guard, halting, RETRY).outcome is ResumeOutcome.RETRY_REFUSED
+    assert resume(guard, halting, SKIP).outcome is ResumeOutcome.ACTIVE
+    assert any_stack.item("msg#m-9")["status"] == JobStatus.SKIPPED
+
+
+def test_resume_retry_of_a_job_parked_at_its_last_delivery_keeps_it_parked(
+    guard: JobGuard, any_stack: Stack, clock: ManualClock
+):
+    # Given a job parked near its last delivery (an attempt used, its lease run out), halting its workspace
+    message = make_message("l1")
+    assert guard.claim(message, message_id="m", sequence_number="100", remaining_ms=0).claimed
+    clock.advance(1)
+    park(guard, "l1", "100", halt=True)
+    result = resume(guard, "l1", RETRY)
+    assert result.outcome is ResumeOutcome.RESUMING
+    job = any_stack.job("l1")
+    assert job["status"] == JobStatus.PARKED
+    assert job["attempt"] == 0
+    assert any_stack.workspace("ws-a")["parkedCount"] == 1
+
+
+def test_resume_skip_of_a_parked_halting_job_uncounts_it(guard: JobGuard, any_stack: Stack):
+    park(guard, "l1", "100", halt=True)
+    park(guard, "p2", "200")
+    assert resume(guard, "l1", SKIP).outcome is ResumeOutcome.RESUMING
+    assert any_stack.job("l1")["status"] == JobStatus.SKIPPED
+    assert "parkedWorkspace" not in any_stack.job("l1")
+    assert any_stack.workspace("ws-a")["parkedCount"] == 1
+
+
+def test_resume_of_a_halt_without_a_job_record_changes_no_job(guard: JobGuard, any_stack: Stack):
+    guard.halt_workspace("ws-a", tenant_id="tenant-1", job_id="ghost", reason="could not park")
+    assert resume(guard, "ghost", RETRY).outcome is ResumeOutcome.ACTIVE
+    assert any_stack.job("ghost") is None
+
+
+def test_resume_retry_of_a_dead_job_without_a_body_is_refused(guard: JobGuard, any_stack: Stack):
+    dead(guard, "d1", body=False)
+    result = resume(guard, "d1", RETRY)
+    assert result.outcome is ResumeOutcome.RETRY_REFUSED
+    assert any_stack.job("d1")["status"] == JobStatus.DEAD
+
+
+# ---- begin_resume: refusals ----------------------------------------------------------------------------------------
+
+
+def test_resume_refusals_change_nothing(guard: JobGuard, any_stack: Stack):
+    assert resume(guard, "d1", RETRY).outcome is ResumeOutcome.NOT_FOUND
+    dead(guard, "d1")
+    before = any_stack.workspace("ws-a")
+    assert resume(guard, "other", RETRY).outcome is ResumeOutcome.HALTING_JOB_CHANGED
+    assert resume(guard, "d1", RETRY, tenant_id="tenant-2").outcome is ResumeOutcome.OTHER_TENANT
+    assert any_stack.workspace("ws-a") == before
+    assert any_stack.job("d1")["status"] == JobStatus.DEAD
+
+
+def test_resume_of_an_active_workspace_is_not_halted(guard: JobGuard, any_stack: Stack):
+    dead(guard, "d1")
+    assert resume(guard, "d1", SKIP).outcome is ResumeOutcome.ACTIVE
+    assert resume(guard, "d1", RETRY).outcome is ResumeOutcome.NOT_HALTED
+
+
+def test_resume_repeated_while_resuming_is_the_same_resume(guard: JobGuard, any_stack: Stack):
+    dead(guard, "d1")
+    first = resume(guard, "d1", RETRY)
+    again = resume(guard, "d1", RETRY)
+    assert again.outcome is ResumeOutcome.ALREADY_RESUMING
+    assert again.resume_id == first.resume_id
+    assert any_stack.workspace("ws-a")["parkedCount"] == 1  # not parked twice
+    assert resume(guard, "d1", SKIP).outcome is ResumeOutcome.NOT_HALTED  # another decision: not this resume
+
+
+# ---- the drain's transitions ---------------------------------------------------------------------------------------
+
+
+def resuming(guard: JobGuard, *seqs: str) -> str:
+    """ws-a RESUMING after d1 (seq 100) was retried, with jobs p<seq> parked behind it."""
+    dead(guard, "d1", seq="100")
+    for seq in seqs:
+        park(guard, f"p{seq}", seq)
+    result = resume(guard, "d1", RETRY)
+    assert result.resume_id is not None
+    return str(result.resume_id)
+
+
+def test_list_parked_is_in_numeric_sequence_order(guard: JobGuard, any_stack: Stack):
+    resuming(guard, "1000", "200", "99999999999999999999")
+    parked = guard.list_parked("ws-a", after_seq=None, expected=4)
+    assert parked is not None
+    assert [job["jobId"] for job in parked] == ["d1", "p200", "p1000", "p99999999999999999999"]
+    assert all("body" not in job for job in parked)  # index entries stay small; the drain reads the body it runs
+
+
+def test_list_parked_says_lagging_when_the_index_shows_fewer_than_the_count(guard: JobGuard, any_stack: Stack):
+    resuming(guard, "200")
+    assert guard.list_parked("ws-a", after_seq=None, expected=3) is None
+
+
+def test_list_parked_checks_entries_at_or_before_the_last_drained_position(guard: JobGuard, any_stack: Stack):
+    resuming(guard, "200")
+    # an entry behind lastDrainedSeq is taken only if a consistent read confirms it is PARKED
+    parked = guard.list_parked("ws-a", after_seq=parked_sequence("150", 0), expected=2)
+    assert parked is not None
+    assert [job["jobId"] for job in parked] == ["d1", "p200"]
+
+
+def test_claim_parked_takes_one_job_at_a_time_and_counts_it(guard: JobGuard, any_stack: Stack):
+    resume_id = resuming(guard, "200")
+    first, second = guard.list_parked("ws-a", after_seq=None, expected=2) or []
+    claim = guard.claim_parked(first, resume_id=resume_id, remaining_ms=60_000)
+    assert claim.outcome is ClaimOutcome.CLAIMED
+    workspace = any_stack.workspace("ws-a")
+    assert workspace["parkedCount"] == 1
+    assert workspace["drainingJobId"] == "d1"
+    job = any_stack.job("d1")
+    assert job["status"] == JobStatus.IN_FLIGHT
+    assert "parkedWorkspace" not in job
+    # the next job waits for the drained one to be released
+    assert guard.claim_parked(second, resume_id=resume_id, remaining_ms=60_000).outcome is (
+        ClaimOutcome.WORKSPACE_HALTED
+    )
+    assert guard.claim_parked(first, resume_id=resume_id, remaining_ms=60_000).outcome is ClaimOutcome.WORKSPACE_HALTED
+    assert claim.lease is not None
+    assert guard.complete(claim.lease, {})
+    assert guard.release_drain("ws-a", "d1", drained_seq=claim.lease.parked_seq)
+    assert guard.claim_parked(second, resume_id=resume_id, remaining_ms=60_000).claimed
+
+
+def test_claim_parked_of_another_resume_or_a_stale_entry_is_refused(guard: JobGuard, any_stack: Stack):
+    resume_id = resuming(guard)
+    (job,) = guard.list_parked("ws-a", after_seq=None, expected=1) or []
+    assert guard.claim_parked(job, resume_id="other", remaining_ms=1).outcome is ClaimOutcome.WORKSPACE_HALTED
+    claim = guard.claim_parked(job, resume_id=resume_id, remaining_ms=60_000)
+    assert claim.lease is not None
+    assert guard.complete(claim.lease, {})
+    assert guard.release_drain("ws-a", "d1", drained_seq=claim.lease.parked_seq)
+    assert guard.claim_parked(job, resume_id=resume_id, remaining_ms=1).outcome is ClaimOutcome.SETTLED
+
+
+def test_reclaim_of_a_drained_job_left_in_flight(guard: JobGuard, any_stack: Stack, clock: ManualClock):
+    resume_id = resuming(guard)
+    (job,) = guard.list_parked("ws-a", after_seq=None, expected=1) or []
+    first = guard.claim_parked(job, resume_id=resume_id, remaining_ms=10_000)
+    assert first.claimed
+    current = any_stack.job("d1")
+    assert guard.claim_parked(current, resume_id=resume_id, remaining_ms=1, reclaim=True).outcome is ClaimOutcome.BUSY
+    clock.advance(11)
+    again = guard.claim_parked(current, resume_id=resume_id, remaining_ms=10_000, reclaim=True)
+    assert again.claimed
+    assert any_stack.workspace("ws-a")["parkedCount"] == 0  # counted once
+    assert any_stack.job("d1")["attempt"] == 2
+    # attempts used up by drains that never came back: DEAD, halted again
+    clock.advance(11)
+    assert guard.claim_parked(any_stack.job("d1"), resume_id=resume_id, remaining_ms=1, reclaim=True).claimed
+    clock.advance(11)
+    exhausted = guard.claim_parked(any_stack.job("d1"), resume_id=resume_id, remaining_ms=1, reclaim=True)
+    assert exhausted.outcome is ClaimOutcome.EXHAUSTED
+    assert any_stack.workspace("ws-a")["state"] == WorkspaceState.HALTED
+
+
+def test_drained_job_failing_is_parked_again_then_dead_and_halts(guard: JobGuard, any_stack: Stack):
+    resume_id = resuming(guard, "200")
+    for attempt in (1, 2):
+        parked = guard.list_parked("ws-a", after_seq=None, expected=2) or []
+        assert parked[0]["jobId"] == "d1"  # still first
+        claim = guard.claim_parked(parked[0], resume_id=resume_id, remaining_ms=60_000)
+        assert claim.lease is not None
+        assert guard.fail(claim.lease, "flaky") is FailOutcome.PARKED
+        job = any_stack.job("d1")
+        assert (job["status"], job["attempt"]) == (JobStatus.PARKED, attempt)
+        workspace = any_stack.workspace("ws-a")
+        assert workspace["parkedCount"] == 2
+        assert "drainingJobId" not in workspace
+    parked = guard.list_parked("ws-a", after_seq=None, expected=2) or []
+    claim = guard.claim_parked(parked[0], resume_id=resume_id, remaining_ms=60_000)
+    assert claim.lease is not None
+    assert guard.fail(claim.lease, "flaky", body="kept") is FailOutcome.DEAD
+    workspace = any_stack.workspace("ws-a")
+    assert workspace["state"] == WorkspaceState.HALTED
+    assert workspace["haltingJobId"] == "d1"
+    assert workspace["parkedCount"] == 1
+    assert "resumeId" not in workspace
+    assert any_stack.job("d1")["body"] == "kept"
+
+
+def test_activate_only_when_nothing_is_parked_and_this_resume_is_current(guard: JobGuard, any_stack: Stack):
+    resume_id = resuming(guard)
+    assert not guard.activate("ws-a", resume_id)  # d1 still parked
+    (job,) = guard.list_parked("ws-a", after_seq=None, expected=1) or []
+    claim = guard.claim_parked(job, resume_id=resume_id, remaining_ms=60_000)
+    assert claim.lease is not None
+    assert not guard.activate("ws-a", resume_id)  # d1 drained but not released
+    assert guard.complete(claim.lease, {})
+    assert guard.release_drain("ws-a", "d1", drained_seq=claim.lease.parked_seq)
+    assert not guard.activate("ws-a", "another")
+    assert guard.activate("ws-a", resume_id)
+    workspace = any_stack.workspace("ws-a")
+    assert workspace["state"] == WorkspaceState.ACTIVE
+    assert not {"resumeId", "haltedTenant", "drainingJobId"} & set(workspace)
+
+
+def test_claim_while_resuming_is_refused_so_new_jobs_park_behind(guard: JobGuard, any_stack: Stack):
+    resuming(guard)
+    message = make_message("n9")
+    result = guard.claim(message, message_id="m", sequence_number="900", remaining_ms=60_000)
+    assert result.outcome is ClaimOutcome.WORKSPACE_HALTED
+    park(guard, "n9", "900")
+    assert any_stack.workspace("ws-a")["parkedCount"] == 2
+
+
+# ---- the halted index ----------------------------------------------------------------------------------------------
+
+
+def test_list_halted_shows_halted_and_resuming_workspaces_of_the_tenant(guard: JobGuard, any_stack: Stack):
+    dead(guard, "d1", workspace_id="ws-a")
+    dead(guard, "d2", workspace_id="ws-b")
+    dead(guard, "d3", workspace_id="ws-c")
+    assert guard.begin_resume(
+        "ws-b", tenant_id="tenant-1", halting_job_id="d2", decision=RETRY, operator="alice"
+    ).outcome is (ResumeOutcome.RESUMING)
+    assert guard.begin_resume(
+        "ws-c", tenant_id="tenant-1", halting_job_id="d3", decision=SKIP, operator="alice"
+    ).outcome is (ResumeOutcome.ACTIVE)
+    message = make_message("o1", "ws-o", tenant_id="tenant-2")
+    claim = guard.claim(message, message_id="m", sequence_number="1", remaining_ms=60_000)
+    assert claim.lease is not None
+    guard.fail(claim.lease, "x", permanent=True)
+
+    page = guard.list_halted("tenant-1")
+    assert {(w["workspaceId"], w["state"]) for w in page.workspaces} == {("ws-a", "HALTED"), ("ws-b", "RESUMING")}
+    assert page.next_key is None
+    first = guard.list_halted("tenant-1", limit=1)
+    assert len(first.workspaces) == 1
+    assert first.next_key is not None
+    rest = guard.list_halted("tenant-1", limit=1, start_key=first.next_key)
+    assert {w["workspaceId"] for w in first.workspaces + rest.workspaces} == {"ws-a", "ws-b"}
