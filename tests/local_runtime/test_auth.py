@@ -413,3 +413,47 @@ def test_auth_token_command_refuses_what_the_api_would_refuse(
     output = capsys.readouterr()
     assert output.out == ""
     assert "is not a tenant id" in output.err
+
+
+# ---- operator actions: resume ---------------------------------------------------------------------------------------
+
+
+def halted_workspace_of(api: Api, server_stack: Stack, tenant: str, workspace_id: str) -> None:
+    """A workspace registered by `tenant` and halted by one of its jobs (as a DEAD job halts it)."""
+    assert api.as_tenant(tenant)("PUT", f"/workspaces/{workspace_id}", registration(workspace_id)).status == 201
+    server_stack.guard.halt_workspace(workspace_id, tenant_id=tenant, job_id="job-0", reason="job job-0 is DEAD")
+
+
+def test_auth_resume_of_another_tenants_workspace_is_403_and_changes_nothing(api: Api, server_stack: Stack) -> None:
+    # Given tenant-a's halted workspace
+    halted_workspace_of(api, server_stack, "tenant-a", "ws-a")
+
+    # When an operator of tenant-b resumes it
+    answer = api.as_tenant("tenant-b", OPERATOR_SCOPE)(
+        "POST", "/workspaces/ws-a/resume", {"decision": "skip", "haltingJobId": "job-0"}
+    )
+
+    # Then it is refused and the workspace stays halted by the same job
+    assert answer.status == 403
+    assert "another tenant" in answer.body["message"]
+    workspace = server_stack.workspace("ws-a")
+    assert (workspace["state"], workspace["haltingJobId"]) == ("HALTED", "job-0")
+
+
+def test_auth_resume_needs_the_operator_scope_at_the_api(api: Api, server_stack: Stack) -> None:
+    # Given tenant-a's halted workspace
+    halted_workspace_of(api, server_stack, "tenant-a", "ws-a")
+    body = {"decision": "skip", "haltingJobId": "job-0"}
+    invocations = len(api.events)
+
+    # When the owner resumes it with a token without the operator scope, then with one
+    without_scope = api.as_tenant("tenant-a")("POST", "/workspaces/ws-a/resume", body)
+    refused_invocations = len(api.events) - invocations
+    with_scope = api.as_tenant("tenant-a", OPERATOR_SCOPE)("POST", "/workspaces/ws-a/resume", body)
+
+    # Then API Gateway refuses the first (the route's scope, read from template.yaml) without running the function,
+    # and the operator's resume is accepted
+    assert (without_scope.status, without_scope.body) == (403, {"message": "Forbidden"})
+    assert refused_invocations == 0
+    assert with_scope.status == 202
+    assert server_stack.workspace("ws-a")["state"] in ("ACTIVE", "RESUMING")
