@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from agent_jobs_cli.main import OPERATOR_SCOPE, build_job, is_idle
-from tests.cli.conftest import AGENT_TOKEN, CliHarness, claims_for, job_item
+from tests.cli.conftest import BAD_PATCH, CliHarness, agent_token, job_item
 
 
 def test_cli_operator_scope_matches_the_api():
@@ -147,9 +147,10 @@ def test_cli_unreachable_api_says_what_to_check(tmp_path: Path):
 
 
 def test_cli_halted_lists_a_halted_workspace_and_resume_refuses_an_active_one(cli: CliHarness):
-    # Given a workspace halted by a job that fails permanently (its workspace was never registered: DEAD)
-    assert cli.enqueue_patch("ws-cli-unregistered", "cli-u-1").exit_code == 0
-    watched = cli.run("watch", "ws-cli-unregistered", "--until-idle", "--interval", "0.2", "--timeout", "90")
+    # Given a workspace halted by a job that fails permanently (a patch that does not apply: DEAD)
+    cli.register("ws-cli-halted")
+    assert cli.enqueue_patch("ws-cli-halted", "cli-u-1", BAD_PATCH).exit_code == 0
+    watched = cli.run("watch", "ws-cli-halted", "--until-idle", "--interval", "0.2", "--timeout", "90")
     assert watched.exit_code == 0, watched.output
 
     # When the operator lists the halted workspaces
@@ -157,8 +158,8 @@ def test_cli_halted_lists_a_halted_workspace_and_resume_refuses_an_active_one(cl
 
     # Then it is there, with the job that halted it
     views = {view["workspaceId"]: view for view in halted["workspaces"]}
-    assert views["ws-cli-unregistered"]["state"] == "HALTED"
-    assert views["ws-cli-unregistered"]["haltingJobId"] == "cli-u-1"
+    assert views["ws-cli-halted"]["state"] == "HALTED"
+    assert views["ws-cli-halted"]["haltingJobId"] == "cli-u-1"
     assert "cli-u-1" in cli.run("halted").stdout
 
     # and resuming a workspace that is not halted is refused before anything is sent
@@ -166,14 +167,14 @@ def test_cli_halted_lists_a_halted_workspace_and_resume_refuses_an_active_one(cl
     refused = cli.run("resume", "ws-cli-active", "--retry", "--yes")
     assert refused.exit_code == 1
     assert "not HALTED" in refused.stderr
-    assert "choose one decision" in cli.run("resume", "ws-cli-unregistered", "--yes").stderr
+    assert "choose one decision" in cli.run("resume", "ws-cli-halted", "--yes").stderr
     # and a resume shows the halting job and asks first: declined, nothing is sent and the halt stays
-    declined = cli.run("resume", "ws-cli-unregistered", "--skip", input="n\n")
+    declined = cli.run("resume", "ws-cli-halted", "--skip", input="n\n")
     assert declined.exit_code == 1
     assert "DEAD" in declined.stdout
-    assert "skip job cli-u-1 and resume workspace ws-cli-unregistered?" in declined.stderr
+    assert "skip job cli-u-1 and resume workspace ws-cli-halted?" in declined.stderr
     assert "not resumed" in declined.stderr
-    assert cli.run_json("status", "workspace", "ws-cli-unregistered")["state"] == "HALTED"
+    assert cli.run_json("status", "workspace", "ws-cli-halted")["state"] == "HALTED"
 
 
 def test_cli_is_idle_only_without_pending_jobs_or_a_resume():
@@ -203,26 +204,26 @@ def test_cli_build_job_generates_a_job_id_and_validates_with_the_layer_model(tmp
 
 def test_cli_status_workspace_shows_the_next_command_for_a_halted_workspace(cli: CliHarness):
     # Given the workspace halted in the test above (or halted now, when this test runs alone)
-    if cli.run("status", "workspace", "ws-cli-unregistered").exit_code != 0:
-        assert cli.enqueue_patch("ws-cli-unregistered", "cli-u-1").exit_code == 0
-        cli.run("watch", "ws-cli-unregistered", "--until-idle", "--interval", "0.2", "--timeout", "90")
-    result = cli.run("status", "workspace", "ws-cli-unregistered")
+    if "HALTED" not in cli.run("status", "workspace", "ws-cli-halted").stdout:
+        cli.register("ws-cli-halted")
+        assert cli.enqueue_patch("ws-cli-halted", "cli-u-1", BAD_PATCH).exit_code == 0
+        cli.run("watch", "ws-cli-halted", "--until-idle", "--interval", "0.2", "--timeout", "90")
+    result = cli.run("status", "workspace", "ws-cli-halted")
     assert result.exit_code == 0, result.output
     assert "HALTED" in result.stdout
-    assert "agent-jobs resume ws-cli-unregistered --retry" in result.stdout
+    assert "agent-jobs resume ws-cli-halted --retry" in result.stdout
     assert job_item(cli.runtime, "cli-u-1")["status"] == "DEAD"
 
 
 def test_cli_agent_token_reads_its_tenants_jobs(cli: CliHarness):
     cli.register("ws-cli-agent")
     assert cli.enqueue_patch("ws-cli-agent", "cli-agent-1").exit_code == 0
-    result = cli.run("status", "job", "cli-agent-1", "--json", token=AGENT_TOKEN)
+    result = cli.run("status", "job", "cli-agent-1", "--json", token=agent_token())
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["tenantId"] == "default"
 
 
 def test_cli_token_mints_a_local_token_with_the_operator_scope():
-    """Needs agent_jobs_local.auth.mint_token (the local development key)."""
     import jwt
     from typer.testing import CliRunner
 
@@ -238,16 +239,11 @@ def test_cli_token_mints_a_local_token_with_the_operator_scope():
 
 
 def test_cli_mints_a_token_for_the_local_runtime_when_none_is_given(cli: CliHarness):
-    """Needs agent_jobs_local.auth (mint_token, and the API's default authorizer hook verifying its tokens)."""
     cli.register("ws-cli-minted")
     assert cli.enqueue_patch("ws-cli-minted", "cli-minted-1").exit_code == 0
-    cli.runtime.api.authorizer_claims = cli.default_claims
-    try:
-        # When no token is given against the local runtime, one is minted for --tenant (default "default")
-        minted = cli.run("status", "job", "cli-minted-1", "--json", token=None)
-        other_tenant = cli.run("--tenant", "someone-else", "status", "job", "cli-minted-1", token=None)
-    finally:
-        cli.runtime.api.authorizer_claims = claims_for
+    # When no token is given against the local runtime, one is minted for --tenant (default "default")
+    minted = cli.run("status", "job", "cli-minted-1", "--json", token="")
+    other_tenant = cli.run("--tenant", "someone-else", "status", "job", "cli-minted-1", token="")
     assert minted.exit_code == 0, minted.output
     assert json.loads(minted.stdout)["tenantId"] == "default"
     assert other_tenant.exit_code == 1
