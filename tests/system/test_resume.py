@@ -5,6 +5,7 @@ exactly once in the queue's acceptance order, and the other workspaces never wai
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 import urllib.error
@@ -13,18 +14,25 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from agent_jobs_local.auth import OPERATOR_SCOPE, mint_token
 from agent_jobs_local.demo import remote_branches
 from agent_jobs_local.runtime import LocalRuntime
 from agent_jobs_local.workload import create_remote, register_workspaces
 from tests.conftest import make_job
 
 TENANT = "tenant-1"
-OPERATOR_CLAIMS = {"tenant_id": TENANT, "scope": "agent-jobs/operator", "sub": "operator-on-call"}
+
+
+@functools.cache
+def operator_token() -> str:
+    return mint_token(TENANT, scopes=[OPERATOR_SCOPE], ttl_seconds=3600)
 
 
 def call(method: str, url: str, body: dict[str, Any] | None = None) -> tuple[int, Any]:
+    """A request of the tenant's operator: a real token of the local development key, verified by the local API."""
     data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(url, data=data, method=method, headers={"content-type": "application/json"})
+    headers = {"content-type": "application/json", "authorization": f"Bearer {operator_token()}"}
+    request = urllib.request.Request(url, data=data, method=method, headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=30) as response:
             return response.status, json.loads(response.read())
@@ -58,10 +66,9 @@ def test_resume_applies_every_job_of_the_halted_workspace_once_in_order_and_othe
         extra_worker_env={"DRAIN_JOBS_PER_MARKER": "3"},
     ) as runtime:
         api = runtime.api_url
-        runtime.api.authorizer_claims = lambda headers: OPERATOR_CLAIMS
         workspaces = ["ws-a", "ws-b", "ws-c"]
         remotes = {ws: create_remote(tmp_path / "remotes" / f"{ws}.git", ws) for ws in workspaces}
-        register_workspaces(api, remotes, github_api_url="https://api.github.com")
+        register_workspaces(api, remotes, github_api_url="https://api.github.com", tenant_id=TENANT)
 
         def job(job_id: str) -> Any:
             return call("GET", f"{api}/jobs/{job_id}")[1]
