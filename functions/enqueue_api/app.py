@@ -19,9 +19,10 @@
                          body: {"decision": "retry"|"skip", "haltingJobId"}; operator scope, own tenant only.
                          202 the workspace's status (RESUMING, or ACTIVE when nothing was parked); 409 not HALTED,
                          another halting job, or retry of a rejected message; 403 another tenant's or no operator
-                         scope; 404 unknown; 400, 415, 422 a request to fix; 503 retry (the same request is safe)
+                         scope; 404 unknown; 400, 413, 415, 422 a request to fix; 503 retry (the same request is safe)
     GET  /workspaces?state=HALTED[&limit=&nextToken=]
-                         200 {"workspaces": [status of each HALTED or RESUMING workspace], "nextToken"}
+                         200 {"workspaces": [status of each HALTED or RESUMING workspace], "nextToken"}; 422 another
+                         state, a bad limit or a nextToken this API did not give the caller; 403 no usable tenant
 
 Tenancy: the caller's tenant comes from `caller_tenant` and nowhere else. It is the `tenant_id` claim of the verified
 JWT that the API's JWT authorizer puts at `requestContext.authorizer.jwt.claims` (API Gateway itself answers 401 to a
@@ -61,6 +62,7 @@ from pydantic.alias_generators import to_camel
 from pydantic_core import ErrorDetails
 
 from agent_jobs.guard import ResumeOutcome
+from agent_jobs.keys import workspace_key
 from agent_jobs.models import (
     ApplyPatchJob,
     JobId,
@@ -619,6 +621,20 @@ class WorkspaceStatusView(_View):
     last_applied_job_id: str | None = Field(description="The newest job that SUCCEEDED on the workspace.")
 
 
+class ResumeConflictView(_View):
+    """A resume refused because the workspace is not as the operator saw it: read `workspace` and decide again."""
+
+    message: str = Field(
+        description="Why: the workspace is not HALTED, is halted by another job, or its halting job cannot be retried."
+    )
+    workspace: WorkspaceStatusView = Field(description="The workspace as it is now.")
+
+
+class HaltedWorkspacesView(_View):
+    workspaces: list[WorkspaceStatusView] = Field(description="HALTED and RESUMING workspaces, by workspaceId.")
+    next_token: str | None = Field(description="Pass as nextToken for the next page; null on the last page.")
+
+
 _REFUSAL_DESCRIPTIONS: Final = {
     400: "The body or a query parameter cannot be read; the message says what to send.",
     401: "No valid bearer token.",
@@ -965,6 +981,7 @@ def _visible_workspace(svc: Services, workspace_id: str, tenant: str) -> Workspa
 
 # ---- resume --------------------------------------------------------------------------------------------------------
 
+HALTED_LIST_DEFAULT: Final = 50
 HALTED_LIST_MAX: Final = 100
 _RESUME_SHAPE: Final = '{"decision": "retry"|"skip", "haltingJobId": "<the workspace\'s haltingJobId>"}'
 _RESUME_CONFLICTS: Final = (
@@ -1001,7 +1018,24 @@ def _workspace_view(workspace_id: str, item: dict[str, Any]) -> dict[str, Any]:
     return public_workspace_status_view(workspace_status(workspace_id, item))
 
 
-@app.post("/workspaces/<workspace_id>/resume")
+@app.post(
+    "/workspaces/<workspace_id>/resume",
+    summary="Resume a halted workspace: retry or skip the job that halted it (operator scope)",
+    responses=answers(
+        {
+            202: (
+                "Resume begun (or already begun by the same decision): the workspace is RESUMING, its parked jobs run "
+                "in order, or ACTIVE when nothing was parked.",
+                WorkspaceStatusView,
+            )
+        },
+        (400, 401, 403, 404, 409, 413, 415, 422, 503),
+        models={409: ResumeConflictView},
+    ),
+    openapi_extensions=json_request_body(
+        ResumeRequest, "The decision for the job that halted the workspace, named by the workspace's haltingJobId."
+    ),
+)
 @tracer.capture_method(capture_response=False)
 def resume(workspace_id: str) -> Response[Any]:
     svc = services()
@@ -1033,7 +1067,31 @@ def resume(workspace_id: str) -> Response[Any]:
     return _json_response(HTTPStatus.ACCEPTED, view, headers={"Location": f"/workspaces/{workspace_id}"})
 
 
-@app.get("/workspaces")
+@app.get(
+    "/workspaces",
+    summary="List the caller's halted workspaces (HALTED or RESUMING), a page at a time",
+    responses=answers({200: ("A page of halted workspaces.", HaltedWorkspacesView)}, (401, 403, 422, 503)),
+    openapi_extensions=query_parameters(
+        {
+            "name": "state",
+            "required": True,
+            "description": "HALTED: the workspaces halted or resuming (the only state listed).",
+            "schema": {"type": "string", "enum": [str(WorkspaceState.HALTED)]},
+        },
+        {
+            "name": "limit",
+            "required": False,
+            "description": f"Workspaces per page, 1 to {HALTED_LIST_MAX}.",
+            "schema": {"type": "integer", "minimum": 1, "maximum": HALTED_LIST_MAX, "default": HALTED_LIST_DEFAULT},
+        },
+        {
+            "name": "nextToken",
+            "required": False,
+            "description": "The previous page's nextToken (opaque); leave it out for the first page.",
+            "schema": {"type": "string"},
+        },
+    ),
+)
 @tracer.capture_method(capture_response=False)
 def list_halted_workspaces() -> Response[Any]:
     svc = services()
@@ -1056,9 +1114,11 @@ def list_halted_workspaces() -> Response[Any]:
 
 
 def _list_limit(raw: str | None) -> int:
+    """The `limit` query parameter: 1..100, 50 when absent; otherwise a 422 naming the rule (checked as ASCII digits
+    before it is read as a number: `int` refuses some Unicode digits and very long numbers with an error)."""
     if raw is None:
-        return 50
-    if not raw.isdigit() or not 1 <= int(raw) <= HALTED_LIST_MAX:
+        return HALTED_LIST_DEFAULT
+    if not (raw.isascii() and raw.isdigit() and len(raw) <= 3 and 1 <= int(raw) <= HALTED_LIST_MAX):
         raise RequestRefused(
             HTTPStatus.UNPROCESSABLE_ENTITY,
             f"limit must be a whole number from 1 to {HALTED_LIST_MAX}",
@@ -1072,15 +1132,29 @@ def _encode_next_token(key: dict[str, Any]) -> str:
 
 
 def _decode_next_token(token: str | None, tenant: str) -> dict[str, Any] | None:
+    """Where the caller's listing continues, or a 422 when the token is not one this API gave the caller.
+
+    The token is not signed: it is checked to be the halted index's key (the table's `pk` of a workspace item, its
+    `workspaceId`, and `haltedTenant`) of the caller's own tenant, so an edited token can only move the caller's own
+    cursor and never reaches DynamoDB as a start key it refuses.
+    """
     if not token:
         return None
     try:
-        key = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
-        valid = isinstance(key, dict) and all(isinstance(value, str) for value in key.values())
-    except (ValueError, binascii.Error):
-        valid = False
+        key = None
+        if len(token) <= _NEXT_TOKEN_MAX_CHARS and set(token) <= _NEXT_TOKEN_CHARS:
+            key = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+    except (ValueError, RecursionError):  # binascii.Error and UnicodeDecodeError are ValueErrors
+        key = None
     # A token only continues the caller's own listing.
-    if not valid or key.get("haltedTenant") != tenant:
+    if not (
+        isinstance(key, dict)
+        and set(key) == {"pk", "workspaceId", "haltedTenant"}
+        and key["haltedTenant"] == tenant
+        and isinstance(key["workspaceId"], str)
+        and 0 < len(key["workspaceId"]) <= _NEXT_TOKEN_MAX_CHARS
+        and key["pk"] == workspace_key(key["workspaceId"])
+    ):
         raise RequestRefused(
             HTTPStatus.UNPROCESSABLE_ENTITY,
             "nextToken is not one this API returned to you; list again without it",

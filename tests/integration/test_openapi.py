@@ -88,6 +88,10 @@ def test_openapi_status_codes_are_those_each_route_answers(document: dict[str, A
     }
     assert statuses[("GET", "/workspaces/{workspaceId}")] == {"200", "401", "403", "404", "422", "503"}
     assert statuses[("GET", "/workspaces/{workspaceId}/jobs")] == {"200", "400", "401", "403", "404", "422", "503"}
+    assert statuses[("POST", "/workspaces/{workspaceId}/resume")] == {
+        *("202", "400", "401", "403", "404", "409", "413", "415", "422", "503")
+    }
+    assert statuses[("GET", "/workspaces")] == {"200", "401", "403", "422", "503"}
     assert statuses[("GET", "/openapi.json")] == {"200"}
 
 
@@ -162,6 +166,52 @@ def test_openapi_describes_the_timeline_query(document: dict[str, Any]) -> None:
     assert query["nextToken"]["schema"] == {"type": "string"}
     assert set(timeline["required"]) == {"jobs", "nextToken"}
     assert set(document["components"]["schemas"]["WorkspaceStatusView"]["properties"]) >= {"lastAppliedJobId"}
+
+
+def test_openapi_describes_the_resume_decision_and_its_answers(document: dict[str, Any]) -> None:
+    operation = operations(document)[("POST", "/workspaces/{workspaceId}/resume")]
+    schemas = document["components"]["schemas"]
+    resume = schemas["ResumeRequest"]
+
+    assert operation["requestBody"]["required"] is True
+    assert operation["requestBody"]["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/ResumeRequest"
+    }
+    assert set(resume["required"]) == {"decision", "haltingJobId"}
+    assert resume["additionalProperties"] is False
+    assert schemas["ResumeDecision"]["enum"] == ["retry", "skip"]
+    (parameter,) = operation["parameters"]
+    assert (parameter["name"], parameter["in"], parameter["required"]) == ("workspaceId", "path", True)
+    responses = operation["responses"]
+    assert responses["202"]["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/WorkspaceStatusView"
+    }
+    assert responses["409"]["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/ResumeConflictView"
+    }
+    assert set(schemas["ResumeConflictView"]["required"]) == {"message", "workspace"}
+    assert schemas["ResumeConflictView"]["properties"]["workspace"] == {
+        "$ref": "#/components/schemas/WorkspaceStatusView",
+        "description": schemas["ResumeConflictView"]["properties"]["workspace"]["description"],
+    }
+
+
+def test_openapi_describes_the_halted_list_query(document: dict[str, Any]) -> None:
+    operation = operations(document)[("GET", "/workspaces")]
+    query = {parameter["name"]: parameter for parameter in operation["parameters"] if parameter["in"] == "query"}
+    page = document["components"]["schemas"]["HaltedWorkspacesView"]
+
+    assert set(query) == {"state", "limit", "nextToken"}
+    assert query["state"]["required"] is True
+    assert query["state"]["schema"] == {"type": "string", "enum": ["HALTED"]}
+    assert query["limit"]["required"] is False
+    assert query["limit"]["schema"] == {"type": "integer", "minimum": 1, "maximum": 100, "default": 50}
+    assert query["nextToken"]["schema"] == {"type": "string"}
+    assert operation["responses"]["200"]["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/HaltedWorkspacesView"
+    }
+    assert set(page["required"]) == {"workspaces", "nextToken"}
+    assert page["properties"]["workspaces"]["items"] == {"$ref": "#/components/schemas/WorkspaceStatusView"}
 
 
 def test_openapi_job_view_names_every_public_field(document: dict[str, Any]) -> None:
