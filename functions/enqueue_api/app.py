@@ -1177,12 +1177,22 @@ def refused(error: RequestRefused) -> Response[Any]:
 def aws_unavailable(error: Exception) -> Response[Any]:
     logger.exception("AWS call failed")
     metrics.add_metric(name="ServiceUnavailable", unit=MetricUnit.Count, value=1)
-    message = (
-        "the job store or queue is unavailable; retry the same request with the same jobId shortly "
-        "(a jobId is accepted at most once, so a retry cannot create a duplicate)"
-    )
-    if app.current_event.path.startswith("/workspaces/"):
+    event = app.current_event
+    path, method = event.path, event.request_context.http.method
+    if path.startswith("/jobs") and method == "POST":
+        message = (
+            "the job store or queue is unavailable; retry the same request with the same jobId shortly "
+            "(a jobId is accepted at most once, so a retry cannot create a duplicate)"
+        )
+    elif path.endswith("/resume"):
+        message = (
+            "the workspace store or queue is unavailable; retry the same resume shortly (repeating it is safe: "
+            "a resume already begun answers 202 and sends its drain marker again)"
+        )
+    elif method == "PUT":
         message = "the workspace store is unavailable; retry the same request shortly (registering is idempotent)"
+    else:
+        message = "the job store is unavailable; retry the same request shortly (reading changes nothing)"
     return _json_response(HTTPStatus.SERVICE_UNAVAILABLE, {"message": message}, headers={"Retry-After": "2"})
 
 

@@ -370,3 +370,5 @@ def test_timeline_store_unavailable_is_503_with_retry_after(
     assert response.status == 503
     assert response.headers["Retry-After"] == "2"
     assert "retry the same request" in response.body["message"]
+    # a read is told that retrying is harmless, not about jobIds or registering
+    assert "reading changes nothing" in response.body["message"]
