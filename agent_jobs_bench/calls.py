@@ -1,0 +1,521 @@
+"""Calls and capacity per job: Agent Jobs against the naive pattern, in the same run, on the same table and queue.
+
+Both run on the template's resources in the local emulator (moto's server, every call over HTTP). Agent Jobs is the
+real producer (`enqueue_job`) and the real worker (`BatchWorker`, in this process, on a local folder workspace as
+the integration tests run it); the naive pattern is `agent_jobs_bench.naive`. Calls are counted with botocore event
+hooks on the clients the product and the baseline use (see `capacity.CallRecorder`); Lambda's event source (receive,
+delete) is played with a separate client and is not counted: it is the same for both.
+
+Three paths, each over `jobs` jobs of one workspace (happy path) or one workspace per job (retry):
+- happy path: enqueue, one delivery, the job takes effect;
+- duplicate delivery: the same records delivered again after they took effect (SQS's at-least-once delivery);
+- retry: the job's side effect fails once, the next delivery succeeds. Agent Jobs shortens the failed record's
+  visibility itself (one ChangeMessageVisibilityBatch); the naive worker leaves it to the queue's visibility timeout,
+  which the benchmark skips by making the message visible again through the uncounted event-source client.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import tempfile
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agent_jobs_bench.capacity import Call, CallRecorder
+from agent_jobs_bench.figures import Comparison, Figure, Goal
+from agent_jobs_bench.naive import NaiveWorker, commit_to_folder, naive_enqueue
+from agent_jobs_bench.stack import REGION, BenchStack, emulated_stack
+
+BENCHMARK = "Calls and capacity per job"
+COMMAND = ".venv/bin/python -m agent_jobs_bench --only calls"
+TENANT = "tenant-bench"
+CAPACITY_SOURCE = "Source: computed from DynamoDB's documented capacity rules (see the first WCU figure)"
+
+
+class SideEffectFailed(RuntimeError):
+    """The injected failure of a job's side effect (a retryable error to both workers)."""
+
+
+@dataclass
+class FailOnce:
+    """The jobIds whose next side effect fails, once each."""
+
+    job_ids: set[str] = field(default_factory=set)
+
+    def check(self, job_id: str) -> None:
+        if job_id in self.job_ids:
+            self.job_ids.discard(job_id)
+            raise SideEffectFailed(f"side effect of job {job_id} failed (injected, once)")
+
+
+class FailingOnceStore:
+    """The worker's local folder workspace store, whose commit fails once for the jobs in `fail_once`."""
+
+    def __init__(self, root: Path, fail_once: FailOnce) -> None:
+        from jobs.workspace import LocalWorkspaceStore
+
+        self._inner = LocalWorkspaceStore(root)
+        self._fail_once = fail_once
+
+    def open(self, workspace_id: str) -> Any:
+        workspace = self._inner.open(workspace_id)
+        original_commit = workspace.commit
+        fail_once = self._fail_once
+
+        def commit(**kwargs: Any) -> Any:
+            fail_once.check(kwargs["job_id"])
+            return original_commit(**kwargs)
+
+        workspace.commit = commit  # type: ignore[method-assign]
+        return workspace
+
+
+@dataclass
+class PathCounts:
+    """Per-job averages of one path for one side (Agent Jobs or naive), split by where the calls were made."""
+
+    jobs: int
+    producer: list[Call]
+    worker: list[Call]
+
+    def _per_job(self, calls: list[Call], value: Callable[[Call], float]) -> float:
+        return sum(value(c) for c in calls) / self.jobs
+
+    def dynamodb_calls(self, part: str = "all") -> float:
+        return self._per_job([c for c in self._calls(part) if c.service == "dynamodb"], lambda _: 1.0)
+
+    def sqs_calls(self, part: str = "all") -> float:
+        return self._per_job([c for c in self._calls(part) if c.service == "sqs"], lambda _: 1.0)
+
+    def wcu(self, part: str = "all") -> float:
+        return self._per_job(self._calls(part), lambda c: c.computed_wcu)
+
+    def rcu(self, part: str = "all") -> float:
+        return self._per_job(self._calls(part), lambda c: c.computed_rcu)
+
+    def reported(self, part: str = "all") -> float:
+        """What moto's server answered in ConsumedCapacity for the same calls, per job."""
+        return self._per_job(self._calls(part), lambda c: c.reported_total or 0.0)
+
+    def operations(self, part: str = "all", service: str = "dynamodb") -> str:
+        names: dict[str, int] = {}
+        for call in (c for c in self._calls(part) if c.service == service):
+            label = call.operation + (f" ({call.error})" if call.error else "")
+            names[label] = names.get(label, 0) + 1
+        return ", ".join(f"{n / self.jobs:g} {name}" for name, n in names.items())
+
+    def _calls(self, part: str) -> list[Call]:
+        return {"producer": self.producer, "worker": self.worker, "all": self.producer + self.worker}[part]
+
+
+@dataclass
+class Measurement:
+    happy: PathCounts
+    duplicate: PathCounts
+    retry: PathCounts
+    # step -> job item size in bytes (the largest over the jobs of the happy and retry paths)
+    item_sizes: dict[str, int]
+
+
+@dataclass
+class _Sides:
+    product: Measurement
+    naive: Measurement
+    # operation -> the distinct ConsumedCapacity totals moto's server answered (None: nothing)
+    moto_reported: dict[str, list[float | None]]
+
+
+# ---- running the two sides ---------------------------------------------------------------------------------------
+
+
+class _EventSource:
+    """Lambda's SQS event source, on its own (uncounted) client."""
+
+    def __init__(self, stack: BenchStack) -> None:
+        from agent_jobs_local.event_source import LambdaContextStub, receive_event, settle
+
+        self._stack = stack
+        self._sqs = stack.session.client("sqs", endpoint_url=stack.endpoint_url)
+        self._receive, self._settle, self._context = receive_event, settle, LambdaContextStub
+
+    def receive(self, batch_size: int = 10) -> dict[str, Any]:
+        return self._receive(
+            self._sqs, self._stack.queue_url, queue_arn=self._stack.queue_arn, region=REGION, batch_size=batch_size
+        )
+
+    def invoke(self, handle: Callable[[dict[str, Any], Any], Any], event: dict[str, Any]) -> dict[str, Any]:
+        response: dict[str, Any] = handle(event, self._context(timeout_seconds=120))
+        self._settle(self._sqs, self._stack.queue_url, event, response)
+        return response
+
+    def make_visible(self, event: dict[str, Any]) -> None:
+        """What waiting out the queue's visibility timeout does, without the wait."""
+        for record in event["Records"]:
+            self._sqs.change_message_visibility(
+                QueueUrl=self._stack.queue_url, ReceiptHandle=record["receiptHandle"], VisibilityTimeout=0
+            )
+
+
+def _job(job_id: str, workspace_id: str) -> dict[str, Any]:
+    return {
+        "jobId": job_id,
+        "workspaceId": workspace_id,
+        "type": "apply_patch",
+        "payload": {
+            "patch": f"--- a/f.txt\n+++ b/f.txt\n@@ -0,0 +1 @@\n+{job_id}\n",
+            "commitMessage": f"change for {job_id}",
+        },
+    }
+
+
+class _Side:
+    """One side of the comparison: how it enqueues and how its worker handles a batch."""
+
+    def __init__(self, stack: BenchStack, recorder: CallRecorder, root: Path, *, naive: bool) -> None:
+        self.stack, self.recorder, self.naive = stack, recorder, naive
+        self.fail_once = FailOnce()
+        session, endpoint = stack.session, stack.endpoint_url
+        # Each side gets clients of its own, hooked, so only its calls are counted.
+        self.dynamodb = session.client("dynamodb", endpoint_url=endpoint)
+        self.sqs = session.client("sqs", endpoint_url=endpoint)
+        recorder.attach(self.dynamodb)
+        recorder.attach(self.sqs)
+        if naive:
+            commit = commit_to_folder(root)
+            fail_once = self.fail_once
+
+            def side_effect(message: dict[str, Any]) -> None:
+                fail_once.check(message["jobId"])
+                commit(message)
+
+            worker = NaiveWorker(self.dynamodb, stack.table_name, side_effect)
+            self.handle: Callable[[dict[str, Any], Any], Any] = worker.handle
+        else:
+            from dataclasses import replace
+
+            from aws_lambda_powertools import Logger, Metrics, Tracer
+
+            from agent_jobs.guard import JobGuard
+            from processing import BatchWorker
+
+            settings = stack.settings
+            self.guard = JobGuard(
+                self.dynamodb, stack.table_name, max_attempts=settings.max_attempts, ttl_days=settings.job_ttl_days
+            )
+            self.services = replace(stack.services, dynamodb=self.dynamodb, sqs=self.sqs, guard=self.guard)
+            self.metrics = Metrics(namespace="AgentJobsBench")
+            self.worker = BatchWorker(
+                services=self.services,
+                workspaces=FailingOnceStore(root, self.fail_once),
+                logger=Logger(service="agent-jobs-bench", level="CRITICAL"),
+                metrics=self.metrics,
+                tracer=Tracer(disabled=True),
+            )
+            self.handle = self._handle_product
+
+    def _handle_product(self, event: dict[str, Any], context: Any) -> Any:
+        # The benchmark publishes no metrics: the EMF documents the worker prints go nowhere.
+        with contextlib.redirect_stdout(io.StringIO()):
+            try:
+                return self.worker.handle(event, context)
+            finally:
+                self.metrics.clear_metrics()
+
+    def enqueue(self, job: dict[str, Any]) -> None:
+        if self.naive:
+            naive_enqueue(
+                job,
+                TENANT,
+                dynamodb=self.dynamodb,
+                sqs=self.sqs,
+                table_name=self.stack.table_name,
+                queue_url=self.stack.queue_url,
+            )
+            return
+        from agent_jobs.models import job_request_adapter
+        from agent_jobs.producer import enqueue_job
+
+        enqueue_job(
+            job_request_adapter.validate_python(job),
+            TENANT,
+            guard=self.guard,
+            sqs=self.sqs,
+            queue_url=self.stack.queue_url,
+            payloads=self.services.payloads,
+            inline_limit_bytes=self.stack.settings.inline_message_limit_bytes,
+        )
+
+
+def _measure(side: _Side, source: _EventSource, jobs: int) -> Measurement:
+    recorder = side.recorder
+    start = len(recorder.calls)
+    label = "naive" if side.naive else "product"
+    sizes: dict[str, int] = {}
+
+    def phase(name: str) -> str:
+        recorder.phase = f"{label}:{name}"
+        return recorder.phase
+
+    def note_sizes(step: str, calls: list[Call]) -> None:
+        for call in calls:
+            for pk, size in call.sizes_after.items():
+                if pk.startswith("job#"):
+                    sizes[step] = max(sizes.get(step, 0), size)
+
+    # Happy path: `jobs` jobs of one workspace, enqueued, then delivered in one batch (one message group).
+    workspace = f"ws-{label}-{uuid.uuid4().hex[:6]}"
+    happy_producer = phase("happy-producer")
+    for _ in range(jobs):
+        side.enqueue(_job(uuid.uuid4().hex, workspace))
+    note_sizes("accepted (QUEUED)", recorder.select(happy_producer))
+    happy_worker = phase("happy-worker")
+    event = source.receive()
+    if len(event["Records"]) != jobs:
+        raise RuntimeError(f"expected {jobs} messages in the queue, received {len(event['Records'])}")
+    response = source.invoke(side.handle, event)
+    if response["batchItemFailures"]:
+        raise RuntimeError(f"the happy path failed: {response}")
+    note_sizes("succeeded", [c for c in recorder.select(happy_worker) if c.operation != "GetItem"])
+
+    # Duplicate delivery: the same records again, after they took effect.
+    duplicate_worker = phase("duplicate-worker")
+    response = side.handle(event, source._context(timeout_seconds=120))
+    if response["batchItemFailures"]:
+        raise RuntimeError(f"a duplicate delivery was not acknowledged: {response}")
+
+    # Retry: each job alone in its batch (a failure's cost per job, not shared with a batch), the first delivery's
+    # side effect fails, the next one succeeds.
+    retry_producer, retry_worker = f"{label}:retry-producer", f"{label}:retry-worker"
+    for _ in range(jobs):
+        job_id = uuid.uuid4().hex
+        side.fail_once.job_ids.add(job_id)
+        phase("retry-producer")
+        side.enqueue(_job(job_id, f"ws-{label}-retry-{job_id[:8]}"))
+        phase("retry-worker")
+        failing = source.receive(batch_size=1)
+        response = source.invoke(side.handle, failing)
+        if [r["itemIdentifier"] for r in response["batchItemFailures"]] != [failing["Records"][0]["messageId"]]:
+            raise RuntimeError(f"the injected failure was not reported for a retry: {response}")
+        if side.naive:
+            source.make_visible(failing)
+        retried = source.receive(batch_size=1)
+        response = source.invoke(side.handle, retried)
+        if response["batchItemFailures"] or retried["Records"][0]["messageId"] != failing["Records"][0]["messageId"]:
+            raise RuntimeError(f"a retried job did not succeed on its second delivery: {response}")
+    note_sizes("succeeded after a retry", [c for c in recorder.select(retry_worker) if c.operation != "GetItem"])
+    calls = recorder.calls[start:]
+
+    def pick(*names: str) -> list[Call]:
+        return [c for c in calls if c.phase in names]
+
+    return Measurement(
+        happy=PathCounts(jobs, pick(happy_producer), pick(happy_worker)),
+        duplicate=PathCounts(jobs, [], pick(duplicate_worker)),
+        retry=PathCounts(jobs, pick(retry_producer), pick(retry_worker)),
+        item_sizes=sizes,
+    )
+
+
+@contextmanager
+def _sides(jobs: int) -> Iterator[_Sides]:
+    with emulated_stack() as stack, tempfile.TemporaryDirectory(prefix="agent-jobs-bench-") as folder:
+        reader = stack.session.client("dynamodb", endpoint_url=stack.endpoint_url)
+        recorder = CallRecorder(reader, stack.table_name)
+        source = _EventSource(stack)
+        product = _measure(_Side(stack, recorder, Path(folder) / "product", naive=False), source, jobs)
+        naive = _measure(_Side(stack, recorder, Path(folder) / "naive", naive=True), source, jobs)
+        yield _Sides(product=product, naive=naive, moto_reported=recorder.reported_by_operation())
+
+
+def measure(quick: bool = False) -> _Sides:
+    """Both sides measured in one run (quick: 2 jobs per path, else 10)."""
+    with _sides(2 if quick else 10) as sides:
+        return sides
+
+
+# ---- figures -----------------------------------------------------------------------------------------------------
+
+CALLS_GOAL = Goal(2, Comparison.AT_MOST, "<= 2 DynamoDB calls per job")
+WCU_GOAL = Goal(2, Comparison.AT_MOST, "<= 2 WCU per job (items under 1 KB)")
+DUPLICATE_GOAL = Goal(1, Comparison.AT_MOST, "duplicates <= 1 call")
+
+
+def _moto_answers(reported: dict[str, list[float | None]]) -> str:
+    def shown(values: list[float | None]) -> str:
+        return " or ".join("nothing" if v is None else f"{v:g}" for v in values)
+
+    return "; ".join(f"{op} {shown(values)}" for op, values in reported.items())
+
+
+def figures(sides: _Sides) -> list[Figure]:
+    product, naive = sides.product, sides.naive
+    source = (
+        "Source: computed from DynamoDB's documented rules (1 WCU per 1 KB of the larger of the item before and after"
+        " a write, at least 1; every action of a TransactWriteItems twice, ConditionCheck included; 1 RCU per 4 KB"
+        " read, half when eventually consistent) on the item sizes DynamoDB's formula gives (attribute names +"
+        " values), the items read before and after each call. Not moto's ConsumedCapacity (asked for with"
+        " ReturnConsumedCapacity=TOTAL on every call): its server answered, per successful call, "
+        f"{_moto_answers(sides.moto_reported)}; it answers the same for a 3 KB item and for a strongly consistent"
+        " read, nothing for a transaction and less than 1 for a write (tests/bench checks this): not DynamoDB's"
+        " accounting"
+    )
+
+    def figure(name: str, value: float, baseline: float | None, unit: str, **kw: Any) -> Figure:
+        return Figure(BENCHMARK, name, value, unit, COMMAND, baseline=baseline, **kw)
+
+    def split(counts: PathCounts, kind: str) -> str:
+        method = {"calls": counts.dynamodb_calls, "wcu": counts.wcu}[kind]
+        return f"producer {method('producer'):g} + worker {method('worker'):g}"
+
+    happy, naive_happy = product.happy, naive.happy
+    out = [
+        figure(
+            "DynamoDB calls per job, happy path (worker)",
+            happy.dynamodb_calls("worker"),
+            naive_happy.dynamodb_calls("worker"),
+            "calls",
+            goal=CALLS_GOAL,
+            note=f"Agent Jobs: {happy.operations('worker')}; naive: {naive_happy.operations('worker')}",
+        ),
+        figure(
+            "DynamoDB calls per job, happy path (enqueue + worker)",
+            happy.dynamodb_calls(),
+            naive_happy.dynamodb_calls(),
+            "calls",
+            goal=CALLS_GOAL,
+            note=(
+                f"Agent Jobs {split(happy, 'calls')} ({happy.operations('producer')});"
+                f" naive {split(naive_happy, 'calls')} ({naive_happy.operations('producer')})."
+                " Not met: enqueue records the job QUEUED before sending"
+                " (a conditional write, so a resubmission with another payload is refused) and then stores the"
+                " message id and SequenceNumber SQS answered (a second write)"
+            ),
+        ),
+        figure(
+            "WCU per job, happy path (worker)",
+            happy.wcu("worker"),
+            naive_happy.wcu("worker"),
+            "WCU",
+            goal=WCU_GOAL,
+            note=(
+                "Not met: the claim is a TransactWriteItems (the job's update + a ConditionCheck that the workspace"
+                " is not HALTED/RESUMING), and a transaction charges every action twice, the ConditionCheck"
+                f" included: 2 + 2 WCU, then 1 for the completion. {source}"
+            ),
+        ),
+        figure(
+            "WCU per job, happy path (enqueue + worker)",
+            happy.wcu(),
+            naive_happy.wcu(),
+            "WCU",
+            goal=WCU_GOAL,
+            note=(
+                f"Agent Jobs {split(happy, 'wcu')}, naive {split(naive_happy, 'wcu')}. Not met: enqueue is also a"
+                " transaction (the job's put + a ConditionCheck that the workspace is the tenant's), 2 + 2 WCU, then"
+                f" 1 for the message id. {CAPACITY_SOURCE}; moto's ConsumedCapacity summed to {happy.reported():g}/job"
+            ),
+        ),
+        figure(
+            "RCU per job, happy path (enqueue + worker)",
+            happy.rcu(),
+            naive_happy.rcu(),
+            "RCU",
+            note=(
+                "Agent Jobs reads nothing on the happy path; the naive pattern reads (eventually consistent) before"
+                f" it writes, in the producer and in the worker. {CAPACITY_SOURCE}"
+            ),
+        ),
+        figure(
+            "SQS calls per job, happy path (enqueue + worker)",
+            happy.sqs_calls(),
+            naive_happy.sqs_calls(),
+            "calls",
+            note="SendMessage; receive and delete are Lambda's event source's (the same for both, not counted)",
+        ),
+        figure(
+            "DynamoDB calls per job, duplicate delivery",
+            product.duplicate.dynamodb_calls("worker"),
+            naive.duplicate.dynamodb_calls("worker"),
+            "calls",
+            goal=DUPLICATE_GOAL,
+            note=(
+                f"Agent Jobs: {product.duplicate.operations('worker')} (the failed claim returns the old item: no"
+                f" read); naive: {naive.duplicate.operations('worker')}"
+            ),
+        ),
+        figure(
+            "WCU + RCU per job, duplicate delivery",
+            product.duplicate.wcu("worker") + product.duplicate.rcu("worker"),
+            naive.duplicate.wcu("worker") + naive.duplicate.rcu("worker"),
+            "capacity units",
+            note=(
+                "Agent Jobs pays a failed transactional claim (counted as 2x per action at the items' size before the"
+                " call: DynamoDB documents a failed conditional write's charge, not a cancelled transaction's, so this"
+                f" is an estimate); naive pays an eventually consistent GetItem. {CAPACITY_SOURCE}"
+            ),
+        ),
+        figure(
+            "SQS calls per job, duplicate delivery",
+            product.duplicate.sqs_calls("worker"),
+            naive.duplicate.sqs_calls("worker"),
+            "calls",
+        ),
+        figure(
+            "DynamoDB calls per job, retry (fails once, then succeeds)",
+            product.retry.dynamodb_calls(),
+            naive.retry.dynamodb_calls(),
+            "calls",
+            note=(
+                f"Agent Jobs: {product.retry.operations()}; naive: {naive.retry.operations()} (the naive worker"
+                " records no failure: its job stays IN_FLIGHT until the next delivery). Enqueue included"
+            ),
+        ),
+        figure(
+            "WCU per job, retry (fails once, then succeeds)",
+            product.retry.wcu(),
+            naive.retry.wcu(),
+            "WCU",
+            note=CAPACITY_SOURCE,
+        ),
+        figure(
+            "SQS calls per job, retry (fails once, then succeeds)",
+            product.retry.sqs_calls(),
+            naive.retry.sqs_calls(),
+            "calls",
+            note=(
+                f"Agent Jobs: {product.retry.operations(service='sqs')};"
+                f" naive: {naive.retry.operations(service='sqs')}."
+                " Agent Jobs shortens the failed record's visibility (one ChangeMessageVisibilityBatch per batch with"
+                " a failure) so the retry comes after its backoff; the naive worker waits out the queue's visibility"
+                " timeout"
+            ),
+        ),
+    ]
+    for step in ("accepted (QUEUED)", "succeeded", "succeeded after a retry"):
+        value, baseline = product.item_sizes.get(step), naive.item_sizes.get(step)
+        if value is None:
+            continue
+        out.append(
+            figure(
+                f"Job item size, {step}",
+                value,
+                baseline,
+                "bytes",
+                note=(
+                    "DynamoDB's formula (attribute names + values); Agent Jobs keeps a history entry per state change,"
+                    " so the item grows with every attempt (the largest job of the run)"
+                ),
+            )
+        )
+    return out
+
+
+def run(quick: bool = False) -> list[Figure]:
+    jobs = 2 if quick else 10
+    with _sides(jobs) as sides:
+        return figures(sides)
