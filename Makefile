@@ -14,7 +14,7 @@ CHECKOV_STAMP := $(CHECKOV_VENV)/.installed
 export SAM_CLI_TELEMETRY := 0
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: help venv lint template-lint security-lint test test-fast build build-local demo local chaos deploy clean
+.PHONY: help venv lint template-lint security-lint test test-fast build build-local demo local chaos bench deploy clean
 
 help: ## list the verbs
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -71,6 +71,9 @@ local: $(STAMP) ## run the local stack for manual use; writes env.local.json (sa
 
 chaos: $(STAMP) ## the chaos suite at a larger size (CHAOS_JOBS, default 1000)
 	CHAOS_JOBS=$${CHAOS_JOBS:-1000} CHAOS_WORKSPACES=$${CHAOS_WORKSPACES:-40} $(BIN)/python -m pytest tests/system -q
+
+bench: $(STAMP) ## benchmarks against the naive pattern measured in the same run; rewrites BENCHMARKS.md
+	$(BIN)/python -m agent_jobs_bench --output BENCHMARKS.md
 
 deploy: build ## sam deploy with samconfig.toml defaults
 	$(BIN)/sam deploy

@@ -123,7 +123,7 @@ class Measurement:
 
 
 @dataclass
-class _Sides:
+class Sides:
     product: Measurement
     naive: Measurement
     # operation -> the distinct ConsumedCapacity totals moto's server answered (None: nothing)
@@ -322,17 +322,17 @@ def _measure(side: _Side, source: _EventSource, jobs: int) -> Measurement:
 
 
 @contextmanager
-def _sides(jobs: int) -> Iterator[_Sides]:
+def _sides(jobs: int) -> Iterator[Sides]:
     with emulated_stack() as stack, tempfile.TemporaryDirectory(prefix="agent-jobs-bench-") as folder:
         reader = stack.session.client("dynamodb", endpoint_url=stack.endpoint_url)
         recorder = CallRecorder(reader, stack.table_name)
         source = _EventSource(stack)
         product = _measure(_Side(stack, recorder, Path(folder) / "product", naive=False), source, jobs)
         naive = _measure(_Side(stack, recorder, Path(folder) / "naive", naive=True), source, jobs)
-        yield _Sides(product=product, naive=naive, moto_reported=recorder.reported_by_operation())
+        yield Sides(product=product, naive=naive, moto_reported=recorder.reported_by_operation())
 
 
-def measure(quick: bool = False) -> _Sides:
+def measure(quick: bool = False) -> Sides:
     """Both sides measured in one run (quick: 2 jobs per path, else 10)."""
     with _sides(2 if quick else 10) as sides:
         return sides
@@ -352,7 +352,7 @@ def _moto_answers(reported: dict[str, list[float | None]]) -> str:
     return "; ".join(f"{op} {shown(values)}" for op, values in reported.items())
 
 
-def figures(sides: _Sides) -> list[Figure]:
+def figures(sides: Sides) -> list[Figure]:
     product, naive = sides.product, sides.naive
     source = (
         "Source: computed from DynamoDB's documented rules (1 WCU per 1 KB of the larger of the item before and after"
