@@ -414,8 +414,8 @@ def figures(sides: Sides) -> list[Figure]:
             "calls",
             goal=CALLS_GOAL,
             note=(
-                f"Agent Jobs {split(happy, 'calls')} ({happy.operations('producer')});"
-                f" naive {split(naive_happy, 'calls')} ({naive_happy.operations('producer')})."
+                f"Agent Jobs {split(happy, 'calls')} (enqueue: {happy.operations('producer')});"
+                f" naive {split(naive_happy, 'calls')} (enqueue: {naive_happy.operations('producer')})."
                 " Not met: enqueue records the job QUEUED before sending"
                 " (a conditional write, so a resubmission with another payload is refused) and then stores the"
                 " message id and SequenceNumber SQS answered (a second write)"
