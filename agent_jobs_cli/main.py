@@ -899,7 +899,8 @@ def plan(
     console.print("us-east-1 list prices:")
     for price in PRICES.values():
         console.print(
-            f"  - {price.service}, {price.item}: ${price.usd * 1_000_000:.6g} per million ({price.unit}); {price.source} "
+            f"  - {price.service}, {price.item}: ${price.usd * 1_000_000:.6g} per million ({price.unit}); "
+            f"{price.source} "
             f"(page dated {price.page_date or 'nowhere on the page'}, read on {price.read_on})",
             soft_wrap=True,
         )

@@ -362,7 +362,7 @@ def binomial_quantile(trials: int, p: float, q: float = 0.99) -> int:
 
 def estimate(inputs: PlanInput) -> Plan:
     """The plan for `inputs` (check `inputs.problems()` first: this assumes a valid input)."""
-    deployment, usage = inputs.deployment, inputs.usage
+    deployment = inputs.deployment
     seconds = inputs.job_seconds
     rate_per_workspace = inputs.rate / inputs.workspaces
     rho = rate_per_workspace * seconds
@@ -382,7 +382,7 @@ def estimate(inputs: PlanInput) -> Plan:
     # queue, up to BatchSize.
     records = max(1.0, min(float(deployment.batch_size), 1.0 + queued_per_workspace))
 
-    warnings = _warnings(inputs, rho, offered, p99_busy, wait, concurrency_wait)
+    warnings = _warnings(inputs, rho, offered, p99_busy, wait=wait, concurrency_wait=concurrency_wait)
     lines = _cost_lines(inputs, records)
     per_million = sum(line.usd_per_million_jobs for line in lines)
     monthly_jobs = inputs.rate * SECONDS_PER_MONTH
@@ -413,7 +413,7 @@ def estimate(inputs: PlanInput) -> Plan:
 
 
 def _warnings(
-    inputs: PlanInput, rho: float, offered: float, p99_busy: int, wait: float, concurrency_wait: float
+    inputs: PlanInput, rho: float, offered: float, p99_busy: int, *, wait: float, concurrency_wait: float
 ) -> list[str]:
     deployment = inputs.deployment
     warnings = []
