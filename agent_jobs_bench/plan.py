@@ -58,7 +58,7 @@ def install(handler_module: ModuleType, config: dict[str, Any]) -> None:
     from agent_jobs.models import JobType
     from jobs.workspace import LocalWorkspaceStore
 
-    build_worker = handler_module.worker
+    build_worker = getattr(handler_module, "worker")  # noqa: B009 (a ModuleType has no declared attributes)
 
     def worker() -> Any:
         built = build_worker()
@@ -66,7 +66,7 @@ def install(handler_module: ModuleType, config: dict[str, Any]) -> None:
             built.workspaces = LocalWorkspaceStore(built.services.settings.workspaces_root)
         return built
 
-    handler_module.worker = worker
+    setattr(handler_module, "worker", worker)  # noqa: B010 (the handler calls the module's worker() by name)
 
     job_seconds, log = float(config["job_seconds"]), str(config["log"])
     original = jobs.JOB_HANDLERS[JobType.APPLY_PATCH]
