@@ -3,8 +3,9 @@ workspaces at a fixed rate (utilisation 60% each), measured beside what `agent-j
 
 The tolerances are about the model, not about speed: the concurrency the runtime reaches never exceeds the plan's
 cap and its mean is the plan's Little's law figure within a factor of 2; each workspace's measured delay is at least
-what one server per workspace must impose on these very arrivals, and within a factor of 3 of the plan's M/D/1 wait
-(the measurement adds the API-to-poller pickup and the claim; a short run starts from empty queues)."""
+what one server per workspace must impose on these very arrivals, and between 0.5 and 2.5 times the plan's M/D/1
+wait (the measurement adds the API-to-poller pickup and the claim; a short run starts from empty queues, which keeps
+its mean below the steady state's; M/M/1's wait, twice M/D/1's, would fall outside)."""
 
 from __future__ import annotations
 
@@ -28,10 +29,10 @@ def test_plan_predictions_hold_on_the_local_runtime() -> None:
     assert check.predicted_concurrency == pytest.approx(1.8)  # 3 workspaces x 60%
     assert 0.5 <= check.measured_concurrency / check.predicted_concurrency <= 2.0
     # and each workspace waited at least what a single server per workspace imposes on these arrivals (2% slack for
-    # the clocks of two processes), and within a factor of 3 of the plan's M/D/1 wait
+    # the clocks of two processes), and between 0.5 and 2.5 times the plan's M/D/1 wait (M/M/1's would be twice it)
     nominal_floor = measurement.lindley_wait(measurement.job_seconds) / measurement.time_scale
     assert check.measured_wait >= 0.98 * nominal_floor
-    assert 1 / 3 <= check.measured_wait / check.predicted_wait <= 3.0
+    assert 0.5 <= check.measured_wait / check.predicted_wait <= 2.5
 
     reported = figures(measurement, check)
     assert [figure.command for figure in reported] == [COMMAND] * 3
