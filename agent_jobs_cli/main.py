@@ -871,11 +871,11 @@ def plan(
     summary = Table("estimate", "value", title="capacity", show_header=False)
     summary.add_row("jobs per second per workspace", f"{result.rate_per_workspace:.4g}")
     summary.add_row("utilisation of each workspace", f"{result.utilisation:.1%}")
-    summary.add_row("mean Lambda concurrency (Little's law)", f"{result.mean_busy_groups:.2f}")
-    summary.add_row("p99 busy workspaces", str(result.p99_busy_groups))
+    summary.add_row("mean Lambda concurrency needed (Little's law)", f"{result.mean_concurrency_demand:.2f}")
     summary.add_row(
-        "concurrency to provision",
-        f"{result.lambda_concurrency_needed} (cap: min(workspaces, MaximumConcurrency) = {result.concurrency_cap})",
+        "concurrency to provision (p99 busy workspaces)",
+        f"{result.lambda_concurrency_needed} (runs at most min(workspaces, MaximumConcurrency) = "
+        f"{result.concurrency_cap})",
     )
     summary.add_row(f"mean wait per workspace ({result.queue_model})", seconds(result.mean_wait_seconds))
     summary.add_row("extra wait for a free invocation", seconds(result.concurrency_wait_seconds))

@@ -250,10 +250,11 @@ class Plan:
     utilisation: float  # rho of each workspace
     duration_cv: float
     queue_model: str
-    mean_busy_groups: float  # Little's law, capped
+    mean_concurrency_demand: float  # Little's law: rate x duration, at most one per workspace
+    mean_busy_groups: float  # the same, capped by MaximumConcurrency: what runs on average
     p99_busy_groups: int
     concurrency_cap: int  # min(workspaces, MaximumConcurrency)
-    lambda_concurrency_needed: int  # p99 busy groups, capped
+    lambda_concurrency_needed: int  # p99 busy groups: what MaximumConcurrency should allow
     mean_wait_seconds: float  # per workspace, before a job starts (math.inf when saturated)
     concurrency_wait_seconds: float  # extra wait for a free invocation (math.inf when overall saturated)
     records_per_invocation: float
@@ -280,6 +281,7 @@ class Plan:
             "durationCv": self.duration_cv,
             "queueModel": self.queue_model,
             "lambda": {
+                "meanConcurrencyDemand": self.mean_concurrency_demand,
                 "meanConcurrency": self.mean_busy_groups,
                 "p99BusyGroups": self.p99_busy_groups,
                 "concurrencyCap": self.concurrency_cap,
@@ -369,9 +371,9 @@ def estimate(inputs: PlanInput) -> Plan:
     cv = lognormal_cv(seconds, inputs.job_p99_seconds)
     cap = min(inputs.workspaces, deployment.maximum_concurrency)
     offered = inputs.rate * seconds  # Little's law: jobs in service, if nothing capped it
-    mean_busy = min(offered, inputs.workspaces * min(rho, 1.0), float(cap))
+    demand = min(offered, inputs.workspaces * min(rho, 1.0))
+    mean_busy = min(demand, float(cap))
     p99_busy = binomial_quantile(inputs.workspaces, min(rho, 1.0))
-    needed = min(p99_busy, cap)
     wait = mg1_wait(rate_per_workspace, seconds, cv)
     # More busy groups than MaximumConcurrency: jobs also wait for an invocation.
     concurrency_wait = 0.0
@@ -395,10 +397,11 @@ def estimate(inputs: PlanInput) -> Plan:
         utilisation=rho,
         duration_cv=cv,
         queue_model=queue_model,
+        mean_concurrency_demand=demand,
         mean_busy_groups=mean_busy,
         p99_busy_groups=p99_busy,
         concurrency_cap=cap,
-        lambda_concurrency_needed=needed,
+        lambda_concurrency_needed=p99_busy,
         mean_wait_seconds=wait,
         concurrency_wait_seconds=concurrency_wait,
         records_per_invocation=records,
@@ -435,10 +438,11 @@ def _warnings(
             f"({deployment.maximum_concurrency}): the queue grows without bound. Raise WorkerMaximumConcurrency (and "
             f"WorkerReservedConcurrency) to at least {min(inputs.workspaces, p99_busy)}."
         )
-    elif math.isfinite(concurrency_wait) and concurrency_wait > 0.1 * inputs.job_seconds:
+    elif p99_busy > deployment.maximum_concurrency:
         warnings.append(
-            f"jobs wait {concurrency_wait:.1f} s on average for a free invocation: WorkerMaximumConcurrency "
-            f"({deployment.maximum_concurrency}) is below the p99 of busy workspaces ({p99_busy}); raise it."
+            f"WorkerMaximumConcurrency ({deployment.maximum_concurrency}) is below the p99 of busy workspaces "
+            f"({p99_busy}): at peaks jobs wait for a free invocation ({concurrency_wait:.2f} s on average); raise it "
+            f"to {p99_busy} to remove that wait."
         )
     if deployment.reserved_concurrency is not None and deployment.maximum_concurrency > deployment.reserved_concurrency:
         warnings.append(
