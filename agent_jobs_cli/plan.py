@@ -1,0 +1,538 @@
+"""The capacity and cost plan: a model, no AWS calls. Given the workspaces, the job rate and the job duration, and
+the deployment's settings, it estimates the worker's Lambda concurrency, the queueing delay per workspace, when a
+workspace saturates, and what a million jobs cost at us-east-1 list prices (`PRICES`, each with its source).
+
+The queueing model. Every workspace is one SQS FIFO message group, and a group runs one job at a time, so each
+workspace is a single-server queue of its own: jobs arrive at random (Poisson, rate = rate / workspaces, the same for
+every workspace) and take `job_seconds` each. The waiting time before a job starts is Pollaczek-Khinchine's M/G/1
+mean, rho * S * (1 + cv^2) / (2 * (1 - rho)): M/D/1 (cv = 0) when only a mean duration is given, and, when a p99 is
+given too, the cv of a lognormal duration with that mean and p99. The worker's concurrency is the number of busy
+groups: by Little's law rate x S on average, never more than the workspaces nor MaximumConcurrency; at a random
+instant each workspace is busy with probability rho, so the busy groups are Binomial(workspaces, rho) and the p99 of
+that is the concurrency to provision. When more groups want to run than MaximumConcurrency allows, jobs also wait
+for a free invocation: that extra wait is Erlang C's M/M/c mean with c = MaximumConcurrency (an estimate: it treats
+the groups' jobs as one pool).
+
+Records of different groups in one batch are assumed to run concurrently (the group-parallel worker); with a
+sequential loop over the batch, a batch's groups also wait for each other, up to (BatchSize - 1) x S more.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+SECONDS_PER_MONTH: Final = 30 * 24 * 3600
+MILLION: Final = 1_000_000
+SQS_CHUNK_KB: Final = 64  # SQS bills each 64 KB chunk of a request's payload as one request
+# z of the standard normal at 0.99, for the p99s below.
+Z99: Final = 2.3263478740408408
+READ_ON: Final = "2026-11-29"  # the day the pages below were read
+
+
+@dataclass(frozen=True)
+class Price:
+    """One list price: `usd` per `unit`, from `source` (a page read on `read_on`; `page_date` is the date the page
+    states for its prices, or None where it states none)."""
+
+    key: str
+    service: str
+    item: str
+    usd: float
+    unit: str
+    source: str
+    read_on: str
+    page_date: str | None
+    note: str = ""
+
+
+# us-east-1 list prices, on-demand, first tier, without free tiers.
+PRICES: Final[dict[str, Price]] = {
+    price.key: price
+    for price in (
+        Price(
+            "sqs_fifo_request",
+            "Amazon SQS",
+            "FIFO queue request (each 64 KB chunk of a request is one request)",
+            0.50 / MILLION,
+            "request",
+            "https://www.factualminds.com/blog/amazon-sqs-pricing-64kb-rule-fifo-vs-standard/",
+            READ_ON,
+            "2026-06-13",
+            "us-east-1, June 2026; the same $0.50 per million FIFO requests as AWS announced on 2016-11-17 "
+            "(https://aws.amazon.com/about-aws/whats-new/2016/11/amazon-sqs-introduces-fifo-queues-with-exactly-once-"
+            "processing-and-lower-prices-for-standard-queues/)",
+        ),
+        Price(
+            "lambda_arm_gb_second",
+            "AWS Lambda",
+            "duration, arm64, first tier",
+            0.0000133334,
+            "GB-second",
+            "https://git.mcrn.ar/mariano/lambda_local_runner/src/commit/957e45b8adae23ce50b966346229585b5df18b4d/"
+            "docs/lambdas-md/lambda-13-cost.md?display=rendered",
+            READ_ON,
+            None,
+            "20% below x86's $0.0000166667, as the AWS News Blog's Graviton2 post states (updated 2023-06-19: "
+            "https://aws.amazon.com/blogs/aws/aws-lambda-functions-powered-by-aws-graviton2-processor-run-your-"
+            "functions-on-arm-and-get-up-to-34-better-price-performance/); the AWS pricing page's stored copy "
+            "renders no numbers",
+        ),
+        Price(
+            "lambda_request",
+            "AWS Lambda",
+            "request (one invocation)",
+            0.20 / MILLION,
+            "request",
+            "https://git.mcrn.ar/mariano/lambda_local_runner/src/commit/957e45b8adae23ce50b966346229585b5df18b4d/"
+            "docs/lambdas-md/lambda-13-cost.md?display=rendered",
+            READ_ON,
+            None,
+        ),
+        Price(
+            "dynamodb_write_request_unit",
+            "Amazon DynamoDB",
+            "on-demand write request unit (1 KB; 2 per KB in a transaction)",
+            0.625 / MILLION,
+            "write request unit",
+            "https://airbyte.com/data-engineering-resources/dynamodb-pricing",
+            READ_ON,
+            "2025-07-21",
+            "US East, after the on-demand price cut of 2024-11-01",
+        ),
+        Price(
+            "dynamodb_read_request_unit",
+            "Amazon DynamoDB",
+            "on-demand read request unit (a strongly consistent read of 4 KB)",
+            0.125 / MILLION,
+            "read request unit",
+            "https://airbyte.com/data-engineering-resources/dynamodb-pricing",
+            READ_ON,
+            "2025-07-21",
+        ),
+        Price(
+            "s3_put",
+            "Amazon S3",
+            "S3 Standard PUT, COPY, POST, LIST request",
+            0.005 / 1000,
+            "request",
+            "https://c3x.dev/blog/s3-request-fees-explained",
+            READ_ON,
+            None,
+        ),
+        Price(
+            "s3_get",
+            "Amazon S3",
+            "S3 Standard GET, SELECT request",
+            0.0004 / 1000,
+            "request",
+            "https://c3x.dev/blog/s3-request-fees-explained",
+            READ_ON,
+            None,
+        ),
+        Price(
+            "http_api_request",
+            "Amazon API Gateway",
+            "HTTP API request, first 300 million a month (metered in 512 KB increments)",
+            1.00 / MILLION,
+            "request",
+            "https://awsforengineers.com/blog/aws-api-gateway-pricing-explained",
+            READ_ON,
+            "2025-05-19",
+            "the AWS whitepaper 'Best Practices for Designing Amazon API Gateway Private APIs' (cost optimization, "
+            "undated) gives the same $1.00 per million for us-east-1",
+        ),
+    )
+}
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """The deployment's settings the plan needs. `from_template` reads template.yaml's parameter defaults."""
+
+    batch_size: int = 5
+    maximum_concurrency: int = 20
+    reserved_concurrency: int | None = 50
+    memory_mb: int = 512
+    architecture: str = "arm64"
+    max_attempts: int = 3
+
+    @classmethod
+    def from_template(cls, path: Path | None = None, **overrides: Any) -> Deployment:
+        """The worker's settings as template.yaml deploys them with its parameter defaults (through
+        `agent_jobs_local.template`, so nothing here keeps a second copy), then `overrides` (None values ignored)."""
+        from agent_jobs_local.template import DEFAULT_TEMPLATE_PATH, TemplateModel
+
+        model = TemplateModel.from_path(path or DEFAULT_TEMPLATE_PATH)
+        worker = model.worker
+        settings = cls(
+            batch_size=worker.batch_size,
+            maximum_concurrency=worker.maximum_concurrency or 1000,
+            reserved_concurrency=worker.function.reserved_concurrency,
+            memory_mb=worker.function.memory_size_mb,
+            architecture=(worker.function.architectures or ("x86_64",))[0],
+            max_attempts=int(model.parameters["MaxAttempts"]),
+        )
+        chosen = {name: value for name, value in overrides.items() if value is not None}
+        return cls(**{**asdict(settings), **chosen})
+
+
+@dataclass(frozen=True)
+class PerJobUsage:
+    """What one job asks of each service on the happy path (the guard's calls as the layer makes them today: items
+    under 1 KB; a transaction's items, ConditionChecks included, cost 2 write units each)."""
+
+    # Producer: record QUEUED + the workspace-ownership ConditionCheck in one transaction (2 items x 2), record sent
+    # (1); worker: claim = job update + workspace ConditionCheck in one transaction (2 x 2), complete (1).
+    dynamodb_write_units: float = 4 + 1 + 4 + 1
+    dynamodb_read_units: float = 0.0  # the happy path reads nothing; a status poll is a strongly consistent read
+    api_requests: float = 1.0  # one POST /jobs per job
+    sqs_sends: float = 1.0  # one SendMessage per job
+    invocation_overhead_seconds: float = 0.05  # billed time of an invocation beyond its jobs (parse, settle)
+    job_overhead_seconds: float = 0.03  # the guard's calls around each job
+
+
+@dataclass(frozen=True)
+class PlanInput:
+    workspaces: int
+    rate: float  # jobs per second, all workspaces together
+    job_seconds: float  # mean duration of one job
+    job_p99_seconds: float | None = None
+    large_payload_share: float = 0.0  # share of jobs whose payload goes to S3 (above the inline limit)
+    message_kb: float = 1.0  # size of an inline job message
+    failure_share: float = 0.0  # share of jobs that use up every attempt (DEAD)
+    status_reads_per_job: float = 0.0
+    idle_pollers: int = 5  # Lambda's SQS pollers long-polling an idle queue, 20 s each
+    deployment: Deployment = field(default_factory=Deployment)
+    usage: PerJobUsage = field(default_factory=PerJobUsage)
+
+    def problems(self) -> list[str]:
+        """What makes this input unusable, each saying what to pass instead."""
+        found = []
+        if self.workspaces < 1:
+            found.append("--workspaces must be at least 1")
+        if self.rate <= 0:
+            found.append("--rate must be a positive number of jobs per second")
+        if self.job_seconds <= 0:
+            found.append("--job-seconds must be a positive number of seconds")
+        if self.job_p99_seconds is not None and self.job_p99_seconds < self.job_seconds:
+            found.append("--job-p99-seconds must be at least the mean --job-seconds")
+        if not 0 <= self.large_payload_share <= 1:
+            found.append("--large-payload-share must be between 0 and 1")
+        if not 0 <= self.failure_share <= 1:
+            found.append("the failure share must be between 0 and 1")
+        if not 1 <= self.deployment.batch_size <= 10:
+            found.append("--batch-size must be between 1 and 10 (a FIFO event source takes at most 10)")
+        if self.deployment.maximum_concurrency < 1:
+            found.append("--max-concurrency must be at least 1")
+        if self.deployment.architecture != "arm64":
+            found.append("the price table holds arm64 Lambda prices only: plan for a worker on arm64")
+        if self.deployment.memory_mb < 128:
+            found.append("--memory-mb must be at least 128")
+        return found
+
+
+@dataclass(frozen=True)
+class CostLine:
+    service: str
+    item: str
+    units_per_job: float
+    price_key: str
+    usd_per_million_jobs: float
+
+
+@dataclass(frozen=True)
+class Plan:
+    inputs: PlanInput
+    rate_per_workspace: float
+    utilisation: float  # rho of each workspace
+    duration_cv: float
+    queue_model: str
+    mean_concurrency_demand: float  # Little's law: rate x duration, at most one per workspace
+    mean_busy_groups: float  # the same, capped by MaximumConcurrency: what runs on average
+    p99_busy_groups: int
+    concurrency_cap: int  # min(workspaces, MaximumConcurrency)
+    lambda_concurrency_needed: int  # p99 busy groups: what MaximumConcurrency should allow
+    mean_wait_seconds: float  # per workspace, before a job starts (math.inf when saturated)
+    concurrency_wait_seconds: float  # extra wait for a free invocation (math.inf when overall saturated)
+    records_per_invocation: float
+    cost_lines: list[CostLine]
+    usd_per_million_jobs: float
+    monthly_jobs: float
+    fixed_monthly_usd: float
+    monthly_usd: float
+    warnings: list[str]
+    assumptions: list[str]
+
+    @property
+    def saturated(self) -> bool:
+        return math.isinf(self.mean_wait_seconds) or math.isinf(self.concurrency_wait_seconds)
+
+    def as_dict(self) -> dict[str, Any]:
+        def finite(value: float) -> float | None:
+            return None if math.isinf(value) else value
+
+        return {
+            "inputs": asdict(self.inputs),
+            "ratePerWorkspace": self.rate_per_workspace,
+            "utilisationPerWorkspace": self.utilisation,
+            "durationCv": self.duration_cv,
+            "queueModel": self.queue_model,
+            "lambda": {
+                "meanConcurrencyDemand": self.mean_concurrency_demand,
+                "meanConcurrency": self.mean_busy_groups,
+                "p99BusyGroups": self.p99_busy_groups,
+                "concurrencyCap": self.concurrency_cap,
+                "concurrencyNeeded": self.lambda_concurrency_needed,
+                "recordsPerInvocation": self.records_per_invocation,
+            },
+            "delay": {
+                "meanWaitSecondsPerWorkspace": finite(self.mean_wait_seconds),
+                "concurrencyWaitSeconds": finite(self.concurrency_wait_seconds),
+                "saturated": self.saturated,
+            },
+            "cost": {
+                "usdPerMillionJobs": self.usd_per_million_jobs,
+                "lines": [asdict(line) for line in self.cost_lines],
+                "monthlyJobs": self.monthly_jobs,
+                "fixedMonthlyUsd": self.fixed_monthly_usd,
+                "monthlyUsd": self.monthly_usd,
+            },
+            "warnings": self.warnings,
+            "assumptions": self.assumptions,
+            "prices": [asdict(price) for price in PRICES.values()],
+        }
+
+
+# --- the queueing model ---------------------------------------------------------------------------------------------
+
+
+def lognormal_cv(mean: float, p99: float | None) -> float:
+    """The coefficient of variation of a lognormal duration with this mean and p99 (0: deterministic)."""
+    if p99 is None or p99 <= mean:
+        return 0.0
+    # ln p99 = mu + Z99 sigma and ln mean = mu + sigma^2 / 2  =>  sigma^2 / 2 - Z99 sigma + ln(p99 / mean) = 0.
+    discriminant = Z99 * Z99 - 2 * math.log(p99 / mean)
+    sigma = Z99 - math.sqrt(discriminant) if discriminant > 0 else Z99
+    return math.sqrt(math.expm1(sigma * sigma))
+
+
+def mg1_wait(rate: float, service_seconds: float, cv: float = 0.0) -> float:
+    """Pollaczek-Khinchine: mean wait in queue of an M/G/1 server (M/D/1 at cv 0); inf when rho >= 1."""
+    rho = rate * service_seconds
+    if rho >= 1:
+        return math.inf
+    return rho * service_seconds * (1 + cv * cv) / (2 * (1 - rho))
+
+
+def erlang_c_wait(servers: int, offered_load: float, service_seconds: float) -> float:
+    """Mean wait for a server in M/M/c with `offered_load` = arrival rate x service time; inf when it is >= c."""
+    if offered_load >= servers:
+        return math.inf
+    # Erlang B by its stable recurrence, then C from B.
+    blocking = 1.0
+    for k in range(1, servers + 1):
+        blocking = offered_load * blocking / (k + offered_load * blocking)
+    utilisation = offered_load / servers
+    waiting_probability = blocking / (1 - utilisation + utilisation * blocking)
+    return waiting_probability * service_seconds / (servers - offered_load)
+
+
+def binomial_quantile(trials: int, p: float, q: float = 0.99) -> int:
+    """The smallest k with P(Binomial(trials, p) <= k) >= q (a normal approximation above 2000 trials)."""
+    if p <= 0:
+        return 0
+    if p >= 1:
+        return trials
+    if trials > 2000:
+        mean, sd = trials * p, math.sqrt(trials * p * (1 - p))
+        return min(trials, math.ceil(mean + Z99 * sd))
+    pmf = (1 - p) ** trials
+    cumulative = pmf
+    k = 0
+    while cumulative < q and k < trials:
+        pmf *= (trials - k) / (k + 1) * p / (1 - p)
+        k += 1
+        cumulative += pmf
+    return k
+
+
+# --- the plan -------------------------------------------------------------------------------------------------------
+
+
+def estimate(inputs: PlanInput) -> Plan:
+    """The plan for `inputs` (check `inputs.problems()` first: this assumes a valid input)."""
+    deployment = inputs.deployment
+    seconds = inputs.job_seconds
+    rate_per_workspace = inputs.rate / inputs.workspaces
+    rho = rate_per_workspace * seconds
+    cv = lognormal_cv(seconds, inputs.job_p99_seconds)
+    cap = min(inputs.workspaces, deployment.maximum_concurrency)
+    offered = inputs.rate * seconds  # Little's law: jobs in service, if nothing capped it
+    demand = min(offered, inputs.workspaces * min(rho, 1.0))
+    mean_busy = min(demand, float(cap))
+    p99_busy = binomial_quantile(inputs.workspaces, min(rho, 1.0))
+    wait = mg1_wait(rate_per_workspace, seconds, cv)
+    # More busy groups than MaximumConcurrency: jobs also wait for an invocation.
+    concurrency_wait = 0.0
+    if inputs.workspaces > deployment.maximum_concurrency:
+        concurrency_wait = erlang_c_wait(deployment.maximum_concurrency, offered, seconds)
+    queued_per_workspace = rate_per_workspace * wait if math.isfinite(wait) else float(deployment.batch_size)
+    # A group's waiting jobs are received together when it frees up: a batch holds the job that starts plus its
+    # queue, up to BatchSize.
+    records = max(1.0, min(float(deployment.batch_size), 1.0 + queued_per_workspace))
+
+    warnings = _warnings(inputs, rho, offered, p99_busy, wait=wait, concurrency_wait=concurrency_wait)
+    lines = _cost_lines(inputs, records)
+    per_million = sum(line.usd_per_million_jobs for line in lines)
+    monthly_jobs = inputs.rate * SECONDS_PER_MONTH
+    # Idle pollers long-poll (20 s) whether or not jobs arrive: a fixed monthly request count.
+    fixed = inputs.idle_pollers * (SECONDS_PER_MONTH / 20) * PRICES["sqs_fifo_request"].usd
+    queue_model = "M/D/1" if cv == 0 else f"M/G/1 (lognormal durations, cv {cv:.2f})"
+    return Plan(
+        inputs=inputs,
+        rate_per_workspace=rate_per_workspace,
+        utilisation=rho,
+        duration_cv=cv,
+        queue_model=queue_model,
+        mean_concurrency_demand=demand,
+        mean_busy_groups=mean_busy,
+        p99_busy_groups=p99_busy,
+        concurrency_cap=cap,
+        lambda_concurrency_needed=p99_busy,
+        mean_wait_seconds=wait,
+        concurrency_wait_seconds=concurrency_wait,
+        records_per_invocation=records,
+        cost_lines=lines,
+        usd_per_million_jobs=per_million,
+        monthly_jobs=monthly_jobs,
+        fixed_monthly_usd=fixed,
+        monthly_usd=per_million * monthly_jobs / MILLION + fixed,
+        warnings=warnings,
+        assumptions=_assumptions(inputs, records, queue_model),
+    )
+
+
+def _warnings(
+    inputs: PlanInput, rho: float, offered: float, p99_busy: int, *, wait: float, concurrency_wait: float
+) -> list[str]:
+    deployment = inputs.deployment
+    warnings = []
+    if rho >= 1:
+        warnings.append(
+            f"each workspace is saturated (utilisation {rho:.2f} >= 1): its jobs arrive faster than one at a time "
+            "can run, so its queue grows without bound. More concurrency cannot help (a workspace runs one job at a "
+            f"time): spread the jobs over more workspaces (at least {math.ceil(inputs.rate * inputs.job_seconds)}), "
+            "or make the jobs shorter."
+        )
+    elif rho >= 0.8:
+        warnings.append(
+            f"each workspace is {rho:.0%} busy: its queueing delay ({wait:.1f} s) rises steeply as it nears 100%; "
+            "spread the jobs over more workspaces to keep the delay down."
+        )
+    if offered >= deployment.maximum_concurrency and inputs.workspaces > deployment.maximum_concurrency:
+        warnings.append(
+            f"the jobs need {offered:.1f} concurrent invocations on average, at or above WorkerMaximumConcurrency "
+            f"({deployment.maximum_concurrency}): the queue grows without bound. Raise WorkerMaximumConcurrency (and "
+            f"WorkerReservedConcurrency) to at least {min(inputs.workspaces, p99_busy)}."
+        )
+    elif p99_busy > deployment.maximum_concurrency:
+        warnings.append(
+            f"WorkerMaximumConcurrency ({deployment.maximum_concurrency}) is below the p99 of busy workspaces "
+            f"({p99_busy}): at peaks jobs wait for a free invocation ({concurrency_wait:.2f} s on average); raise it "
+            f"to {p99_busy} to remove that wait."
+        )
+    if deployment.reserved_concurrency is not None and deployment.maximum_concurrency > deployment.reserved_concurrency:
+        warnings.append(
+            f"WorkerMaximumConcurrency ({deployment.maximum_concurrency}) is above WorkerReservedConcurrency "
+            f"({deployment.reserved_concurrency}): the surplus invocations are throttled; raise the reservation."
+        )
+    return warnings
+
+
+def _cost_lines(inputs: PlanInput, records: float) -> list[CostLine]:
+    usage, deployment = inputs.usage, inputs.deployment
+    share = inputs.large_payload_share
+    # A large payload travels as a small reference; an inline message is billed per 64 KB chunk.
+    chunks = (1 - share) * math.ceil(inputs.message_kb / SQS_CHUNK_KB) + share * 1
+    message_kb = (1 - share) * inputs.message_kb + share * 1  # a reference message is well under 1 KB
+    # A DEAD job is received MaxAttempts times and has its visibility changed (backoff) between attempts.
+    attempts = 1 + inputs.failure_share * (deployment.max_attempts - 1)
+    retries = attempts - 1
+    sqs = (
+        usage.sqs_sends * chunks  # send
+        # receive: one request per batch of `records` jobs, billed per 64 KB chunk of the batch's messages
+        + attempts * max(1 / records, message_kb / SQS_CHUNK_KB)
+        + 1 / records  # DeleteMessageBatch per batch
+        + retries  # ChangeMessageVisibility for each backoff
+    )
+    invocations = attempts / records
+    gb_seconds = (
+        attempts * (inputs.job_seconds + usage.job_overhead_seconds) + invocations * usage.invocation_overhead_seconds
+    ) * (deployment.memory_mb / 1024)
+    units = [
+        (
+            "Amazon SQS",
+            "FIFO requests: send, receive and delete shares of a batch, 64 KB chunks",
+            sqs,
+            "sqs_fifo_request",
+        ),
+        ("AWS Lambda", "GB-seconds (job + overhead) x memory", gb_seconds, "lambda_arm_gb_second"),
+        ("AWS Lambda", "invocations (one per batch)", invocations, "lambda_request"),
+        (
+            "Amazon DynamoDB",
+            "write request units (accept + sent + claim + complete)",
+            usage.dynamodb_write_units + retries * 5,  # each retry: claim transaction (4) + fail (1)
+            "dynamodb_write_request_unit",
+        ),
+        (
+            "Amazon DynamoDB",
+            "read request units",
+            usage.dynamodb_read_units + inputs.status_reads_per_job,
+            "dynamodb_read_request_unit",
+        ),
+        ("Amazon S3", "PUT of a large payload (claim check)", share, "s3_put"),
+        ("Amazon S3", "GET of a large payload, each attempt", share * attempts, "s3_get"),
+        ("Amazon API Gateway", "HTTP API requests (POST /jobs)", usage.api_requests, "http_api_request"),
+    ]
+    return [
+        CostLine(service, item, amount, key, amount * PRICES[key].usd * MILLION) for service, item, amount, key in units
+    ]
+
+
+def _assumptions(inputs: PlanInput, records: float, queue_model: str) -> list[str]:
+    deployment = inputs.deployment
+    return [
+        "each workspace is one FIFO message group and runs one job at a time: a single-server queue",
+        f"jobs arrive at random (Poisson), evenly over the {inputs.workspaces} workspaces; waits are {queue_model}",
+        "concurrency = busy groups: Little's law on average; Binomial(workspaces, utilisation) p99 to provision",
+        f"records of different groups in one batch run concurrently; a batch holds ~{records:.2f} records "
+        f"(BatchSize {deployment.batch_size}): the job that starts plus its workspace's queue",
+        f"worker memory {deployment.memory_mb} MB on {deployment.architecture}; "
+        f"{inputs.usage.job_overhead_seconds * 1000:.0f} ms of guard calls per job and "
+        f"{inputs.usage.invocation_overhead_seconds * 1000:.0f} ms per invocation are billed on top of the job",
+        "DynamoDB items under 1 KB; a transaction's items (ConditionChecks too) cost 2 write units each",
+        f"{inputs.large_payload_share:.0%} of payloads go to S3 (one PUT, one GET per attempt); inline messages of "
+        f"{inputs.message_kb:g} KB",
+        f"{inputs.failure_share:.0%} of jobs use every one of MaxAttempts ({deployment.max_attempts}) attempts",
+        "one HTTP API request per job; no free tiers; us-east-1 first-tier list prices",
+        f"{inputs.idle_pollers} Lambda pollers long-poll (20 s) the queue all month: a fixed cost, not per job",
+    ]
+
+
+__all__ = [
+    "PRICES",
+    "CostLine",
+    "Deployment",
+    "PerJobUsage",
+    "Plan",
+    "PlanInput",
+    "Price",
+    "binomial_quantile",
+    "erlang_c_wait",
+    "estimate",
+    "lognormal_cv",
+    "mg1_wait",
+]

@@ -1,0 +1,66 @@
+"""`agent-jobs plan`: the capacity and cost estimate on the command line, as JSON and as tables (no AWS calls)."""
+
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from agent_jobs_cli.main import app
+from agent_jobs_cli.plan import PRICES
+from agent_jobs_local.template import TemplateModel
+
+
+def test_plan_command_prints_the_estimate_as_json_with_the_templates_defaults() -> None:
+    result = CliRunner().invoke(app, ["plan", "--workspaces", "10", "--rate", "2", "--job-seconds", "2", "--json"])
+
+    assert result.exit_code == 0, result.output
+    plan = json.loads(result.output)
+    model = TemplateModel.from_path()
+    deployment = plan["inputs"]["deployment"]
+    assert deployment["batch_size"] == model.worker.batch_size
+    assert deployment["maximum_concurrency"] == model.worker.maximum_concurrency
+    assert deployment["memory_mb"] == model.worker.function.memory_size_mb
+    assert plan["lambda"]["meanConcurrency"] == 4.0
+    assert plan["lambda"]["concurrencyNeeded"] == 8
+    assert abs(plan["delay"]["meanWaitSecondsPerWorkspace"] - 0.4 * 2 / (2 * 0.6)) < 1e-9  # M/D/1
+    assert plan["cost"]["usdPerMillionJobs"] > 0
+    assert [price["key"] for price in plan["prices"]] == list(PRICES)
+
+
+def test_plan_command_options_override_the_template() -> None:
+    result = CliRunner().invoke(
+        app,
+        [
+            "plan",
+            *("--workspaces", "100", "--rate", "1", "--job-seconds", "3"),
+            *("--memory-mb", "1024", "--batch-size", "1", "--max-concurrency", "4", "--large-payload-share", "0.25"),
+            "--json",
+        ],
+    )
+
+    assert result.exit_code == 0, result.output
+    plan = json.loads(result.output)
+    deployment = plan["inputs"]["deployment"]
+    assert (deployment["memory_mb"], deployment["batch_size"], deployment["maximum_concurrency"]) == (1024, 1, 4)
+    assert plan["inputs"]["large_payload_share"] == 0.25
+    assert plan["lambda"]["concurrencyCap"] == 4
+    assert plan["delay"]["concurrencyWaitSeconds"] > 0
+
+
+def test_plan_command_tables_show_warnings_assumptions_and_every_price_source() -> None:
+    result = CliRunner().invoke(app, ["plan", "--workspaces", "2", "--rate", "1", "--job-seconds", "4"])
+
+    assert result.exit_code == 0, result.output
+    assert "warning:" in result.output
+    assert "grows without bound" in result.output
+    assert "Assumptions:" in result.output
+    for price in PRICES.values():
+        assert price.source in result.output
+
+
+def test_plan_command_says_what_to_pass_for_an_unusable_input() -> None:
+    result = CliRunner().invoke(app, ["plan", "--workspaces", "5", "--rate", "0", "--job-seconds", "2"])
+
+    assert result.exit_code == 1
+    assert "--rate must be a positive number of jobs per second" in result.output
