@@ -6,6 +6,10 @@ job; complete. A retryable failure stops the rest of its group (Powertools' SqsF
 skip_group_on_error) while other groups go on; the failed record and the rest of its group get a shortened
 visibility (backoff) and are reported in batchItemFailures. Nothing is raised out of the handler for one record.
 
+The message groups of one batch run at once, each on a thread of a bounded pool (GROUP_CONCURRENCY; 1 runs the batch
+as one sequential loop), each group's records in order under its own SqsFifoPartialProcessor; the failures are merged
+and reported in the event's order, and parking near the delivery limit and backoff run after all groups, as before.
+
 A drain marker (message attribute type=drain, sent by a resume into the workspace's own group) is recognised before
 any job parsing and is never rejected: it runs the workspace's PARKED jobs in SequenceNumber order through the same
 claim/run/complete path, a bounded number per marker, then sends the next marker or makes the workspace ACTIVE.

@@ -283,3 +283,35 @@ def test_worker_traces_jobs_of_concurrent_groups_under_the_handlers_entity(stack
     # Then every job's subsegment hangs under the handler's entity, not under nothing
     assert _failed(response) == []
     assert tracer.provider.opened == {f"tr-{i}": handler_entity for i in range(3)}
+
+
+class _WriteRecorder(io.StringIO):
+    """stdout that remembers each write call: a line split over two writes can be cut by another thread's line."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[str] = []
+
+    def write(self, text: str) -> int:
+        self.writes.append(text)
+        return super().write(text)
+
+
+def test_worker_writes_each_metric_document_whole_in_one_write(stack, make_worker, lambda_context, monkeypatch) -> None:
+    # Given jobs of two workspaces, run at once
+    enqueue(stack, make_job("emf-a", workspace_id="ws-a"), make_job("emf-b", workspace_id="ws-b"))
+    worker = make_worker(stack)
+    stdout = _WriteRecorder()
+    monkeypatch.setattr("sys.stdout", stdout)
+
+    # When the batch runs
+    response = worker.handle(stack.receive(10), lambda_context())
+    monkeypatch.undo()
+
+    # Then every metric document (JobsSucceeded, JobDuration of each job) went out as one whole line in one write
+    assert _failed(response) == []
+    documents = [text for text in stdout.writes if "_aws" in text]
+    assert len(documents) == 4
+    for text in documents:
+        assert text.endswith("\n")
+        assert "CloudWatchMetrics" in json.loads(text)["_aws"]
