@@ -267,7 +267,12 @@ def run(quick: bool = False) -> list[Figure]:
         name: str, worker: str, groups: int, baseline: str, *, goal: Goal | None, what: str, io: float = io_seconds
     ) -> Figure:
         value, base = times[(worker, groups, io)], times[(baseline, groups, io)]
-        speed = f"{base / value:.1f}x faster" if value < base else f"{value / base:.2f}x the baseline's time"
+        if abs(value / base - 1) <= 0.05:
+            speed = f"{value / base:.2f}x the baseline's time (the same, within 5%)"
+        elif value < base:
+            speed = f"{base / value:.1f}x faster"
+        else:
+            speed = f"{value / base:.2f}x the baseline's time"
         return Figure(
             benchmark=BENCHMARK,
             name=name,
