@@ -6,6 +6,10 @@ job; complete. A retryable failure stops the rest of its group (Powertools' SqsF
 skip_group_on_error) while other groups go on; the failed record and the rest of its group get a shortened
 visibility (backoff) and are reported in batchItemFailures. Nothing is raised out of the handler for one record.
 
+The message groups of one batch run at once, each on a thread of a bounded pool (GROUP_CONCURRENCY; 1 runs the batch
+as one sequential loop), each group's records in order under its own SqsFifoPartialProcessor; the failures are merged
+and reported in the event's order, and parking near the delivery limit and backoff run after all groups, as before.
+
 A drain marker (message attribute type=drain, sent by a resume into the workspace's own group) is recognised before
 any job parsing and is never rejected: it runs the workspace's PARKED jobs in SequenceNumber order through the same
 claim/run/complete path, a bounded number per marker, then sends the next marker or makes the workspace ACTIVE.
@@ -13,17 +17,22 @@ claim/run/complete path, a bounded number per marker, then sends the next marker
 
 from __future__ import annotations
 
+import contextvars
 import json
 import random
 import re
+import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from aws_lambda_powertools import Logger, Metrics, Tracer, single_metric
+from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.metrics.base import SingleMetric
 from aws_lambda_powertools.utilities.batch import SqsFifoPartialProcessor, process_partial_response
 from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
@@ -106,11 +115,66 @@ class BatchWorker:
     metrics: Metrics
     jitter: Callable[[float], float] = field(default=lambda bound: random.uniform(bound / 2, bound))
     tracer: Tracer = field(default_factory=Tracer)
+    _emit_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     def handle(self, event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
-        if not event.get("Records"):
+        raw_records: list[dict[str, Any]] = event.get("Records") or []
+        if not raw_records:
             return {"batchItemFailures": []}
-        delays: dict[str, int] = {}
+        delays: dict[str, int] = {}  # each record's own key: written from one group's thread only
+        groups: dict[str, list[dict[str, Any]]] = {}
+        for raw in raw_records:
+            groups.setdefault(str(raw.get("attributes", {}).get("MessageGroupId") or ""), []).append(raw)
+        concurrency = min(self.services.settings.group_concurrency, len(groups))
+        if concurrency <= 1:
+            failures = self._process_group(raw_records, delays, context)
+        else:
+            failures = self._process_groups_concurrently(list(groups.values()), concurrency, delays, context)
+        if not failures:
+            return {"batchItemFailures": []}
+        records = [SQSRecord(raw) for raw in raw_records]
+        failures -= self._park_last_deliveries(records, failures)
+        self._back_off(records, failures, delays)
+        if failures:
+            self.metrics.add_metric(name="RecordsRetried", unit=MetricUnit.Count, value=len(failures))
+        # In the event's order, whichever group finished first.
+        return {"batchItemFailures": [{"itemIdentifier": r.message_id} for r in records if r.message_id in failures]}
+
+    def _process_groups_concurrently(
+        self,
+        groups: list[list[dict[str, Any]]],
+        concurrency: int,
+        delays: dict[str, int],
+        context: LambdaContext,
+    ) -> set[str]:
+        """Each message group's records on a thread of a bounded pool, in order within the group; the groups share
+        nothing but the worker (its clients, guard, logger and metrics are safe to share; see `_emit`, `_log_keys`).
+
+        Every group runs in its own copy of this thread's context variables (the logger's per-job keys live there,
+        so a pool thread never carries one job's keys into the next) and under this invocation's trace entity.
+        """
+        parent = self._trace_entity()
+
+        def run(records: list[dict[str, Any]]) -> set[str]:
+            if parent is None:
+                return self._process_group(records, delays, context)
+            provider = self.tracer.provider
+            provider.set_trace_entity(parent)  # type: ignore[attr-defined]  # the X-Ray recorder
+            try:
+                return self._process_group(records, delays, context)
+            finally:
+                provider.clear_trace_entities()  # type: ignore[attr-defined]
+
+        failures: set[str] = set()
+        with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="job-group") as pool:
+            futures = [pool.submit(contextvars.copy_context().run, run, records) for records in groups]
+            for future in futures:
+                failures |= future.result()
+        return failures
+
+    def _process_group(self, records: list[dict[str, Any]], delays: dict[str, int], context: LambdaContext) -> set[str]:
+        """The failed message ids of `records` (one group's, or a whole batch run sequentially): Powertools' FIFO
+        partial processing, where a failure skips the rest of its own group and other groups go on."""
         processor = SqsFifoPartialProcessor(skip_group_on_error=True)
         # A batch whose every record must come back is still a normal answer (the records are listed, their
         # visibility shortened); raising would skip the backoff and make Lambda retry the batch blindly.
@@ -124,17 +188,20 @@ class BatchWorker:
                 raise
 
         response = process_partial_response(
-            event=event, record_handler=record_handler, processor=processor, context=context
+            event={"Records": records}, record_handler=record_handler, processor=processor, context=context
         )
-        failures = {str(failure["itemIdentifier"]) for failure in response["batchItemFailures"]}
-        if not failures:
-            return {"batchItemFailures": []}
-        records = [SQSRecord(raw) for raw in event.get("Records", [])]
-        failures -= self._park_last_deliveries(records, failures)
-        self._back_off(records, failures, delays)
-        if failures:
-            self.metrics.add_metric(name="RecordsRetried", unit=MetricUnit.Count, value=len(failures))
-        return {"batchItemFailures": [{"itemIdentifier": r.message_id} for r in records if r.message_id in failures]}
+        return {str(failure["itemIdentifier"]) for failure in response["batchItemFailures"]}
+
+    def _trace_entity(self) -> Any:
+        """The X-Ray entity open in this thread (the handler's subsegment), for the group threads to attach their
+        job subsegments to (X-Ray keeps the current entity per thread); None when tracing is off or there is none."""
+        get_entity = getattr(self.tracer.provider, "get_trace_entity", None)
+        if self.tracer.disabled or get_entity is None:
+            return None
+        try:
+            return get_entity()
+        except Exception:  # no segment to attach to (not in Lambda): the jobs' subsegments are dropped as before
+            return None
 
     # ---- one record ----------------------------------------------------------------------------------------------
 
@@ -145,14 +212,14 @@ class BatchWorker:
         if _is_drain_marker(record):
             marker = self._drain_marker(record)
             if marker is not None:
-                with self.logger.append_context_keys(workspaceId=marker.workspace_id, resumeId=marker.resume_id):
+                with self._log_keys(workspaceId=marker.workspace_id, resumeId=marker.resume_id):
                     self._drain(record, marker, context)
             return
         message = self._parse_or_reject(record)
         if message is None:
             return
         with (
-            self.logger.append_context_keys(
+            self._log_keys(
                 jobId=message.job_id,
                 workspaceId=message.workspace_id,
                 tenantId=message.tenant_id,
@@ -161,6 +228,19 @@ class BatchWorker:
             self._traced(message),
         ):
             self._claim_and_run(record, message, context)
+
+    @contextmanager
+    def _log_keys(self, **keys: Any) -> Iterator[None]:
+        """`keys` on this thread's log lines while the block runs, then the keys it had before. Powertools' thread-safe
+        keys live in a context variable, so jobs of groups running at once each log their own jobId (the formatter's
+        shared keys, `append_context_keys`, would hand one job's keys to every thread)."""
+        before = self.logger.thread_safe_get_current_keys()
+        self.logger.thread_safe_append_keys(**keys)
+        try:
+            yield
+        finally:
+            self.logger.thread_safe_clear_keys()
+            self.logger.thread_safe_append_keys(**before)
 
     @contextmanager
     def _traced(self, message: JobMessage) -> Iterator[None]:
@@ -422,7 +502,7 @@ class BatchWorker:
         if "body" not in job:
             # An entry of the parked index (keys only): the job itself, read consistently, carries the body.
             job = guard.get_job(job_id) or job
-        with self.logger.append_context_keys(jobId=job_id, type=job.get("type")):
+        with self._log_keys(jobId=job_id, type=job.get("type")):
             claim = guard.claim_parked(
                 job,
                 resume_id=marker.resume_id,
@@ -511,7 +591,7 @@ class BatchWorker:
                 if message is None:
                     parked.add(record.message_id)  # rejected and halted: acknowledged
                     continue
-                with self.logger.append_context_keys(jobId=message.job_id, workspaceId=message.workspace_id):
+                with self._log_keys(jobId=message.job_id, workspaceId=message.workspace_id):
                     receives = record.attributes.approximate_receive_count
                     reason = f"delivery limit near ({receives} receives) before the job could finish"
                     if self._park(record, message, reason=reason, halt=True):
@@ -579,27 +659,29 @@ class BatchWorker:
         job_type: str | None = None,
         dimensions: dict[str, str] | None = None,
     ) -> None:
-        """A metric with its own dimensions, written at once as its own EMF document (Powertools' `single_metric`).
+        """A metric with its own dimensions, written at once as its own EMF document (as Powertools' `single_metric`).
 
         Powertools' Metrics gives one dimension set to everything it flushes together, and one batch mixes job types
         and halts; so a metric whose dimensions matter (JobType, or the exact set an alarm names) is not added to it.
         Without either argument the metric joins the invocation's shared set (service dimension only).
+        Groups of a batch emit from their own threads: one lock keeps the shared set and stdout whole.
         """
-        if job_type is None and dimensions is None:
-            self.metrics.add_metric(name=name, unit=unit, value=value)
-            return
-        own = dict(dimensions or {})
-        if job_type is not None:
-            own[JOB_TYPE_DIMENSION] = job_type
-        with single_metric(
-            name=name,
-            unit=unit,
-            value=value,
-            namespace=self.metrics.namespace,
-            default_dimensions={**self.metrics.default_dimensions, **own},
-        ) as metric:
-            if self.metrics.service:  # single_metric drops the Metrics' service dimension unless it is set again
+        with self._emit_lock:
+            if job_type is None and dimensions is None:
+                self.metrics.add_metric(name=name, unit=unit, value=value)
+                return
+            own = dict(dimensions or {})
+            if job_type is not None:
+                own[JOB_TYPE_DIMENSION] = job_type
+            # What `single_metric` does, but written in one call: its print writes the document and its newline
+            # separately, and a job of another group logging in between would break both lines.
+            metric = SingleMetric(namespace=self.metrics.namespace)
+            metric.add_metric(name=name, unit=unit, value=value)
+            for dimension, dimension_value in {**self.metrics.default_dimensions, **own}.items():
+                metric.add_dimension(name=dimension, value=dimension_value)
+            if self.metrics.service:  # a SingleMetric drops the Metrics' service dimension unless it is set again
                 metric.add_dimension(name="service", value=str(self.metrics.service))
+            sys.stdout.write(json.dumps(metric.serialize_metric_set(), separators=(",", ":")) + "\n")
 
 
 def _is_drain_marker(record: SQSRecord) -> bool:

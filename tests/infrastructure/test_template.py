@@ -368,9 +368,16 @@ def test_functions_and_layer_build_with_makefiles_not_containers(model: Template
 def test_worker_environment_carries_the_backoff_and_safety_margin(model: TemplateModel) -> None:
     variables = {
         name: model.function_environment_variable("JobWorkerFunction", name)
-        for name in ("TIME_SAFETY_MARGIN_MS", "BACKOFF_BASE_SECONDS", "BACKOFF_MAX_SECONDS", "MAX_RECEIVE_COUNT")
+        for name in (
+            "TIME_SAFETY_MARGIN_MS",
+            "BACKOFF_BASE_SECONDS",
+            "BACKOFF_MAX_SECONDS",
+            "MAX_RECEIVE_COUNT",
+            "GROUP_CONCURRENCY",
+        )
     }
     assert variables == {
+        "GROUP_CONCURRENCY": "10",
         "TIME_SAFETY_MARGIN_MS": "10000",
         "BACKOFF_BASE_SECONDS": "2",
         "BACKOFF_MAX_SECONDS": "300",

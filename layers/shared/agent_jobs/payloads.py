@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Final
 
@@ -51,11 +52,16 @@ class PayloadStore:
         self.bucket = bucket or None
         self._client_factory = client_factory
         self._client: S3Client | None = None
+        # The worker resolves payloads from several threads (one per message group); a boto3 Session, which the
+        # factory uses, must not build clients from two threads at once.
+        self._client_lock = threading.Lock()
 
     @property
     def client(self) -> S3Client:
         if self._client is None:
-            self._client = self._client_factory()
+            with self._client_lock:
+                if self._client is None:
+                    self._client = self._client_factory()
         return self._client
 
     def store(self, message: JobMessage) -> JobMessage:

@@ -35,6 +35,9 @@ class Settings(BaseSettings):
     # How long a drain marker waits when the parked index lags behind the workspace's parkedCount.
     drain_lag_retry_seconds: Annotated[int, Field(ge=0, le=300)] = 1
     workspaces_root: str = "/tmp/agent-jobs/workspaces"
+    # How many message groups (workspaces) of one batch the worker runs at once, each group's records in order on its
+    # own thread. A batch holds at most 10 records; 1 runs the batch as one sequential loop.
+    group_concurrency: Annotated[int, Field(ge=1, le=10)] = 10
 
     # The payload bucket's lifecycle expiration (PayloadRetentionDays); None when not set (no check).
     payload_retention_days: Annotated[int, Field(ge=1)] | None = None
