@@ -199,6 +199,48 @@ def test_enqueue_jobs_a_failed_entry_is_a_per_item_503_and_a_retry_sends_it_once
     assert any_stack.job("job-1")["messageId"] == again[1].message_id
 
 
+def large_jobs(count: int) -> list[Any]:
+    """Jobs of one workspace whose messages (about 240 KB each) fill a SendMessageBatch call at the fourth."""
+    return [
+        make_job(f"big-{n}", "ws-a", payload={"patch": "x" * 240_000, "commitMessage": f"m{n}"}) for n in range(count)
+    ]
+
+
+def submit_inline(stack: Stack, jobs: list[Any], *, sqs: Any = None) -> list[BatchItemResult]:
+    return enqueue_jobs(
+        jobs,
+        TENANT,
+        guard=stack.guard,
+        sqs=sqs or stack.services.sqs,
+        queue_url=stack.queue_url,
+        inline_limit_bytes=262_144,
+    )
+
+
+def test_enqueue_jobs_above_one_call_of_payload_sends_in_calls_that_keep_the_order(any_stack: Stack) -> None:
+    jobs = large_jobs(6)
+
+    with Calls(any_stack.services.sqs) as calls:
+        results = submit_inline(any_stack, jobs)
+
+    assert [r.status_code for r in results] == [202] * 6
+    assert calls.counts == {"SendMessageBatch": 2}
+    received = [json.loads(r["body"])["jobId"] for r in drain(any_stack)]
+    assert received == [job.job_id for job in jobs]
+
+
+def test_enqueue_jobs_after_a_refused_entry_sends_no_later_call_of_its_workspace(any_stack: Stack) -> None:
+    # Given a batch that takes two calls, and a queue that fails the second job's entry in the first call
+    jobs = large_jobs(6)
+
+    results = submit_inline(any_stack, jobs, sqs=RefusingOneEntry(any_stack.services.sqs, "big-1"))
+
+    # Then the jobs of the same call were taken, those of the later call wait (their record kept, nothing sent)
+    assert [r.status_code for r in results] == [202, 503, 202, 202, 503, 503]
+    assert "a job before it in its workspace was not taken" in (results[4].message or "")
+    assert [json.loads(r["body"])["jobId"] for r in drain(any_stack)] == ["big-0", "big-2", "big-3"]
+
+
 def test_enqueue_jobs_refuses_a_batch_naming_a_job_id_twice(any_stack: Stack) -> None:
     with pytest.raises(InvalidBatchError, match="appears twice"):
         submit(any_stack, [make_job("job-1", "ws-a"), make_job("job-1", "ws-b")])

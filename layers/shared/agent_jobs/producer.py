@@ -204,62 +204,34 @@ def enqueue_jobs(
     (`JobGuard.record_sent_batch`). The queue keeps the order of a batch's entries within a message group, so the
     jobs of one workspace take effect in the order they have in `jobs`. A job the queue refused (503) keeps its
     record and is sent by a later submission of the same job, as `enqueue_job` does; jobs of its workspace after it
-    in the same batch were accepted and come before it then. Raises InvalidBatchError for an empty batch, one
+    in the same SendMessageBatch call may have been taken (they come before it then), those in a later call are not
+    sent (503 too). Raises InvalidBatchError for an empty batch, one
     above MAX_BATCH_JOBS or one naming a jobId twice (nothing recorded or sent); AWS errors propagate (retrying the
     whole batch is safe).
     """
-    if not 1 <= len(jobs) <= MAX_BATCH_JOBS:
-        raise InvalidBatchError(f"a batch holds 1 to {MAX_BATCH_JOBS} jobs, not {len(jobs)}")
-    seen: set[str] = set()
-    for job in jobs:
-        if job.job_id in seen:
-            raise InvalidBatchError(
-                f"jobId '{job.job_id}' appears twice in the batch; give each job of a batch its own jobId"
-            )
-        seen.add(job.job_id)
-    results: dict[int, BatchItemResult] = {}
-    pending: list[_Pending] = []
-    for index, job in enumerate(jobs):
-        message = job_message(job, tenant_id)
-        body = message_body(message)
-        size = len(body.encode())
-        if size > inline_limit_bytes:
-            if payloads is None or payloads.bucket is None:
-                too_large = PayloadTooLargeError(job.job_id, size, inline_limit_bytes)
-                results[index] = BatchItemResult(
-                    job.job_id, HTTPStatus.REQUEST_ENTITY_TOO_LARGE, message=str(too_large)
-                )
-                continue
-            message = payloads.store(message)
-            body = message_body(message)
-        pending.append(_Pending(index, job, message, body))
+    _check_batch(jobs)
+    results, pending = _prepare(jobs, tenant_id, payloads, inline_limit_bytes)
 
     to_send: list[tuple[_Pending, AcceptResult]] = []
     accepted = guard.record_accepted_batch([item.message for item in pending]) if pending else []
     for item, outcome in zip(pending, accepted, strict=True):
-        job = item.job
-        if outcome.outcome is AcceptOutcome.CONFLICT:
-            results[item.index] = BatchItemResult(
-                job.job_id, HTTPStatus.CONFLICT, message=str(JobConflictError(job.job_id))
-            )
-        elif outcome.outcome is AcceptOutcome.WORKSPACE_FORBIDDEN:
-            forbidden = WorkspaceForbiddenError(job.workspace_id)
-            results[item.index] = BatchItemResult(job.job_id, HTTPStatus.FORBIDDEN, message=str(forbidden))
-        elif outcome.outcome is AcceptOutcome.EXISTING:
-            stored = outcome.item
-            results[item.index] = BatchItemResult(
-                job.job_id,
-                HTTPStatus.ACCEPTED,
-                status=str(stored.get("status", JobStatus.QUEUED)),
-                message_id=stored.get("messageId"),
-                sequence_number=stored.get("sequenceNumber"),
-                created=False,
-            )
-        else:
+        answered = _answer_known(item.job, outcome)
+        if answered is None:
             to_send.append((item, outcome))
+        else:
+            results[item.index] = answered
 
     sent: list[tuple[str, str, str | None]] = []
-    for chunk in _send_chunks(to_send):
+    refused_groups: set[str] = set()  # a job of the group was not taken: later ones wait, to keep their order
+    for whole_chunk in _send_chunks(to_send):
+        chunk = []
+        for item, outcome in whole_chunk:
+            if item.job.workspace_id in refused_groups:
+                results[item.index] = _unsent(item.job, "a job before it in its workspace was not taken")
+            else:
+                chunk.append((item, outcome))
+        if not chunk:
+            continue
         entries: list[SendMessageBatchRequestEntryTypeDef] = [
             {
                 "Id": f"e{item.index}",
@@ -291,18 +263,81 @@ def enqueue_jobs(
             else:
                 refusal = failed.get(entry_id)
                 reason = (refusal.get("Message") or refusal["Code"]) if refusal else "no answer for its entry"
-                results[item.index] = BatchItemResult(
-                    job.job_id,
-                    HTTPStatus.SERVICE_UNAVAILABLE,
-                    status=str(JobStatus.QUEUED),
-                    message=(
-                        f"the queue did not take job '{job.job_id}' ({reason}); its record is kept: send the same "
-                        "job again (same jobId and payload) to queue it, it cannot be queued twice"
-                    ),
-                )
+                results[item.index] = _unsent(job, reason)
+                refused_groups.add(job.workspace_id)
     if sent:
         guard.record_sent_batch(sent)
     return [results[index] for index in range(len(jobs))]
+
+
+def _check_batch(jobs: Sequence[ApplyPatchJob | RunTestsJob | OpenPrJob]) -> None:
+    if not 1 <= len(jobs) <= MAX_BATCH_JOBS:
+        raise InvalidBatchError(f"a batch holds 1 to {MAX_BATCH_JOBS} jobs, not {len(jobs)}")
+    seen: set[str] = set()
+    for job in jobs:
+        if job.job_id in seen:
+            raise InvalidBatchError(
+                f"jobId '{job.job_id}' appears twice in the batch; give each job of a batch its own jobId"
+            )
+        seen.add(job.job_id)
+
+
+def _prepare(
+    jobs: Sequence[ApplyPatchJob | RunTestsJob | OpenPrJob],
+    tenant_id: str,
+    payloads: PayloadStore | None,
+    inline_limit_bytes: int,
+) -> tuple[dict[int, BatchItemResult], list[_Pending]]:
+    """Each job's message, its payload stored first when the message is too large (a 413 result without a store)."""
+    results: dict[int, BatchItemResult] = {}
+    pending: list[_Pending] = []
+    for index, job in enumerate(jobs):
+        message = job_message(job, tenant_id)
+        body = message_body(message)
+        size = len(body.encode())
+        if size > inline_limit_bytes:
+            if payloads is None or payloads.bucket is None:
+                too_large = PayloadTooLargeError(job.job_id, size, inline_limit_bytes)
+                results[index] = BatchItemResult(
+                    job.job_id, HTTPStatus.REQUEST_ENTITY_TOO_LARGE, message=str(too_large)
+                )
+                continue
+            message = payloads.store(message)
+            body = message_body(message)
+        pending.append(_Pending(index, job, message, body))
+    return results, pending
+
+
+def _unsent(job: ApplyPatchJob | RunTestsJob | OpenPrJob, reason: str) -> BatchItemResult:
+    return BatchItemResult(
+        job.job_id,
+        HTTPStatus.SERVICE_UNAVAILABLE,
+        status=str(JobStatus.QUEUED),
+        message=(
+            f"the queue did not take job '{job.job_id}' ({reason}); its record is kept: send the same job again "
+            "(same jobId and payload) to queue it, it cannot be queued twice"
+        ),
+    )
+
+
+def _answer_known(job: ApplyPatchJob | RunTestsJob | OpenPrJob, outcome: AcceptResult) -> BatchItemResult | None:
+    """The result of a job that is not to be sent (refused, or accepted and sent before); None: send it."""
+    if outcome.outcome is AcceptOutcome.CONFLICT:
+        return BatchItemResult(job.job_id, HTTPStatus.CONFLICT, message=str(JobConflictError(job.job_id)))
+    if outcome.outcome is AcceptOutcome.WORKSPACE_FORBIDDEN:
+        forbidden = WorkspaceForbiddenError(job.workspace_id)
+        return BatchItemResult(job.job_id, HTTPStatus.FORBIDDEN, message=str(forbidden))
+    if outcome.outcome is AcceptOutcome.EXISTING:
+        stored = outcome.item
+        return BatchItemResult(
+            job.job_id,
+            HTTPStatus.ACCEPTED,
+            status=str(stored.get("status", JobStatus.QUEUED)),
+            message_id=stored.get("messageId"),
+            sequence_number=stored.get("sequenceNumber"),
+            created=False,
+        )
+    return None
 
 
 def _message_attributes(tenant_id: str, job_type: str) -> dict[str, MessageAttributeValueTypeDef]:
