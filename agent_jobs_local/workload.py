@@ -67,6 +67,10 @@ class WorkloadConfig:
         6  # copies of accepted messages sent straight to the queue (a resend after the dedup window)
     )
     poison: bool = True
+    batch_agents: int = 0  # of the agents, how many submit through POST /jobs:batch (up to BATCH_SIZE jobs a request)
+
+
+BATCH_SIZE = 10
 
 
 @dataclass(frozen=True)
@@ -145,6 +149,7 @@ class Submissions:
 
     accepted: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
     repeats_absorbed: int = 0  # 202 with created=false: an idempotent repeat
+    batch_accepted: int = 0  # jobs accepted through POST /jobs:batch
     retries_after_errors: int = 0
     raw_sent: int = 0
     poison_sent: int = 0
@@ -242,7 +247,9 @@ def register_workspaces(
 
 class Agents:
     """Simulated agents: each owns some workspaces and submits their jobs interleaved, one job of a workspace at a
-    time (so the order it saw its 202s is the queue's acceptance order for that workspace)."""
+    time (so the order it saw its 202s is the queue's acceptance order for that workspace). The first
+    `config.batch_agents` agents submit through `POST /jobs:batch` instead: up to BATCH_SIZE jobs a request, taken
+    round-robin over their workspaces (several of one workspace in a batch keep their order in the queue)."""
 
     def __init__(
         self, plan: Plan, api_url: str, sqs: SQSClient, queue_url: str, tenant_id: str = DEFAULT_TENANT
@@ -261,7 +268,12 @@ class Agents:
         for i, ws in enumerate(workspaces):
             owners[i % self.plan.config.agents].append(ws)
         threads = [
-            threading.Thread(target=self._agent, args=(owned, on_accepted), name=f"agent-{n}", daemon=True)
+            threading.Thread(
+                target=self._batch_agent if n < self.plan.config.batch_agents else self._agent,
+                args=(owned, on_accepted),
+                name=f"agent-{n}",
+                daemon=True,
+            )
             for n, owned in owners.items()
         ]
         for thread in threads:
@@ -320,6 +332,87 @@ class Agents:
             with self.submissions.lock:
                 self.submissions.poison_sent += 1
 
+    def _batch_agent(self, workspaces: list[str], on_accepted: Callable[[], None]) -> None:
+        queues = {ws: list(self.plan.by_workspace[ws]) for ws in workspaces}
+        while any(queues.values()):
+            batch: list[PlannedJob] = []
+            while len(batch) < BATCH_SIZE and any(queues.values()):
+                for ws in workspaces:
+                    if queues[ws] and len(batch) < BATCH_SIZE:
+                        batch.append(queues[ws].pop(0))
+                        if batch[-1].job_id == self.plan.poison_after:
+                            break  # the poison message goes right after this job, before the next of its workspace
+                if batch and batch[-1].job_id == self.plan.poison_after:
+                    break
+            for _ in self._submit_batch(batch):
+                on_accepted()
+
+    def _submit_batch(self, batch: list[PlannedJob]) -> list[PlannedJob]:
+        """Submit the batch until each job is accepted or refused; the accepted jobs, in the order they were."""
+        url = f"{self.api_url}/jobs:batch"
+        if any(job.job_id in self.plan.lost_responses for job in batch):
+            _post(url, {"jobs": [job.body() for job in batch]}, self.token)  # the answer is lost: it retries below
+        pending = list(batch)
+        accepted: list[PlannedJob] = []
+        for attempt in range(8):
+            status, answer = _post(url, {"jobs": [job.body() for job in pending]}, self.token)
+            if status == 200:
+                retry = []
+                for job, result in zip(pending, answer["results"], strict=True):
+                    if result["statusCode"] == 202:
+                        accepted.append(job)
+                        with self.submissions.lock:
+                            self.submissions.accepted[job.workspace_id].append(job.job_id)
+                            self.submissions.batch_accepted += 1
+                            if not result["created"]:
+                                self.submissions.repeats_absorbed += 1
+                    elif result["statusCode"] >= 500:
+                        retry.append(job)
+                    else:
+                        with self.submissions.lock:
+                            self.submissions.errors.append(f"{job.job_id}: {result['statusCode']} {result}")
+                pending = retry
+                if not pending:
+                    break
+            elif status < 500 and status != 429:
+                with self.submissions.lock:
+                    self.submissions.errors.extend(f"{job.job_id}: batch answered {status} {answer}" for job in pending)
+                pending = []
+                break
+            with self.submissions.lock:
+                self.submissions.retries_after_errors += 1
+            time.sleep(0.05 * 2**attempt)
+        with self.submissions.lock:
+            self.submissions.errors.extend(f"{job.job_id}: not accepted after retries" for job in pending)
+        duplicates = [job for job in accepted if job.job_id in self.plan.duplicate_sends]
+        if duplicates:
+            status, again = _post(url, {"jobs": [job.body() for job in duplicates]}, self.token)
+            results = again.get("results", []) if status == 200 else []
+            with self.submissions.lock:
+                for job, result in zip(duplicates, results, strict=False):
+                    if result["statusCode"] == 202 and not result["created"]:
+                        self.submissions.repeats_absorbed += 1
+                    else:
+                        self.submissions.errors.append(f"{job.job_id}: duplicate send answered {result}")
+                if len(results) != len(duplicates):
+                    self.submissions.errors.append(f"duplicate batch answered {status} {again}")
+        for job in accepted:
+            if job.job_id in self.plan.raw_redeliveries:
+                self._send_raw_copy(job)
+            if job.job_id == self.plan.poison_after:
+                self._send_poison(job)
+        return accepted
+
+    def _send_poison(self, job: PlannedJob) -> None:
+        self.sqs.send_message(
+            QueueUrl=self.queue_url,
+            MessageBody=POISON_BODY,
+            MessageGroupId=workspace_group_id(job.workspace_id),
+            MessageDeduplicationId=uuid.uuid4().hex,
+        )
+        with self.submissions.lock:
+            self.submissions.poison_sent += 1
+
     def _send_raw_copy(self, job: PlannedJob) -> None:
         """The same job message again, as a producer that resent it after SQS's deduplication window would."""
         message = job_message(job_request_adapter.validate_python(job.body()), self.tenant_id)
@@ -372,6 +465,7 @@ class Report:
     submission_errors: list[str]
     workspaces: int
     seconds: float
+    batch_accepted: int = 0  # of the accepted jobs, those accepted through POST /jobs:batch
     pull_requests: int = 0  # held by GitHub, open, all repositories
     pull_requests_expected: int = 0  # one per workspace that completed (not halted)
     workspaces_without_pull_request: list[str] = field(default_factory=list)
@@ -421,6 +515,7 @@ class Report:
             ("jobs applied (SUCCEEDED)", str(self.applied), True),
             ("parked behind a halt / rejected / dead", f"{self.parked} / {self.rejected} / {self.dead}", True),
             ("duplicates absorbed by the API (idempotent 202)", str(self.api_repeats_absorbed), True),
+            ("jobs accepted through POST /jobs:batch", str(self.batch_accepted), True),
             ("duplicates absorbed by the worker (no effect)", str(self.worker_duplicates_absorbed), True),
             (
                 "raw redeliveries sent / poison messages sent",
@@ -557,6 +652,7 @@ def verify(
         expected_halted={plan.poison_workspace} if plan.poison_workspace else set(),
         incomplete_workspaces=incomplete,
         api_repeats_absorbed=submissions.repeats_absorbed,
+        batch_accepted=submissions.batch_accepted,
         worker_duplicates_absorbed=count_worker_metric(log_dir, "JobsDuplicate"),
         raw_redeliveries_sent=submissions.raw_sent,
         poison_sent=submissions.poison_sent,

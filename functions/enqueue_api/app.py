@@ -3,6 +3,10 @@
     POST /jobs           body: {"jobId", "workspaceId", "type", "payload"}
                          202 accepted, or already accepted with the same payload ("created": false)
                          409 the jobId is taken by another job; 400, 413, 415, 422 a request to fix; 503 retry
+    POST /jobs:batch     body: {"jobs": [1 to 10 jobs, each as POST /jobs takes it]}
+                         200 {"results": [one per job, in request order: jobId, statusCode (202 accepted, "created"
+                         false for a repeat; 409; 403; 413; 503 retry that job), status, messageId, sequenceNumber,
+                         created, message]}; 400, 413, 415, 422 a batch to fix (nothing accepted); 503 retry the batch
     GET  /jobs/{jobId}   200 the job's public state and history; 403 another tenant's job; 404 unknown; 422 bad id
     PUT  /workspaces/{workspaceId}
                          body: {"remoteUrl", "branch", "baseBranch", "testCommands", "tokenParameter",
@@ -78,7 +82,14 @@ from agent_jobs.models import (
     WorkspaceState,
     job_request_adapter,
 )
-from agent_jobs.producer import JobConflictError, PayloadTooLargeError, WorkspaceForbiddenError, enqueue_job
+from agent_jobs.producer import (
+    MAX_BATCH_JOBS,
+    JobConflictError,
+    PayloadTooLargeError,
+    WorkspaceForbiddenError,
+    enqueue_job,
+    enqueue_jobs,
+)
 from agent_jobs.resume import resume_workspace
 from agent_jobs.services import Services, build_services
 from agent_jobs.settings import Settings
@@ -250,6 +261,67 @@ def parse_job_request(event: APIGatewayProxyEventV2, settings: Settings) -> Job:
     return _validate_job(document)
 
 
+def batch_body_limit_bytes(settings: Settings) -> int:
+    """The largest batch body: MAX_REQUEST_BYTES; without a payload bucket, what fits in MAX_BATCH_JOBS messages."""
+    if settings.payload_bucket:
+        return settings.max_request_bytes
+    return min(settings.max_request_bytes, MAX_BATCH_JOBS * settings.inline_message_limit_bytes)
+
+
+def parse_job_batch(event: APIGatewayProxyEventV2, settings: Settings) -> list[Job]:
+    """The jobs of a batch request body `{"jobs": [...]}`, or RequestRefused (415, 413, 400 or 422) naming what to
+    fix; a job's field errors are named by its place in the batch (`jobs.3.payload.patch`). Two jobs with the same
+    jobId are refused (422): a batch holds distinct jobs."""
+    shape = f'{{"jobs": [1 to {MAX_BATCH_JOBS} jobs, each {_JOB_SHAPE}]}}'
+    document = _json_object_body(
+        event,
+        settings,
+        shape=shape,
+        too_large=_too_large_advice(settings).replace("a job must", "each job must"),
+        limit=batch_body_limit_bytes(settings),
+    )
+    errors = [{"field": key, "message": "unknown field; remove it"} for key in document if key != "jobs"]
+    items = document.get("jobs")
+    if not isinstance(items, list) or not 1 <= len(items) <= MAX_BATCH_JOBS:
+        got = "missing" if "jobs" not in document else f"a JSON {_json_kind(items)}"
+        if isinstance(items, list):
+            got = f"an array of {len(items)} jobs"
+        errors.append({"field": "jobs", "message": f"send an array of 1 to {MAX_BATCH_JOBS} jobs (got {got})"})
+        items = []
+    jobs: list[Job] = []
+    first_index: dict[str, int] = {}
+    for index, item in enumerate(items):
+        if not isinstance(item, dict):
+            errors.append({"field": f"jobs.{index}", "message": f"a job is a JSON object: {_JOB_SHAPE}"})
+            continue
+        try:
+            job = _validate_job(item)
+        except RequestRefused as refused:
+            errors.extend(
+                {"field": f"jobs.{index}.{entry['field']}", "message": entry["message"]}
+                for entry in refused.errors or []
+            )
+            continue
+        if job.job_id in first_index:
+            errors.append(
+                {
+                    "field": f"jobs.{index}.jobId",
+                    "message": f"jobId '{job.job_id}' is also the jobId of jobs.{first_index[job.job_id]}; give each "
+                    "job of a batch its own jobId",
+                }
+            )
+        first_index.setdefault(job.job_id, index)
+        jobs.append(job)
+    if errors:
+        raise RequestRefused(
+            HTTPStatus.UNPROCESSABLE_ENTITY,
+            f"the batch is invalid ({len(errors)} {'error' if len(errors) == 1 else 'errors'}); nothing was accepted: "
+            "fix the fields listed in 'errors' and send the batch again",
+            errors,
+        )
+    return jobs
+
+
 def parse_workspace_registration(event: APIGatewayProxyEventV2, settings: Settings) -> WorkspaceRegistration:
     """The workspace registration in the request body, or RequestRefused (415, 413, 400 or 422) naming what to fix.
 
@@ -275,12 +347,13 @@ def parse_workspace_registration(event: APIGatewayProxyEventV2, settings: Settin
 
 
 def _json_object_body(
-    event: APIGatewayProxyEventV2, settings: Settings, *, shape: str, too_large: str
+    event: APIGatewayProxyEventV2, settings: Settings, *, shape: str, too_large: str, limit: int | None = None
 ) -> dict[str, Any]:
-    """The request body as a JSON object: 415 not JSON, 413 over the limit, 400 empty, malformed or not an object."""
+    """The request body as a JSON object: 415 not JSON, 413 over the limit (`body_limit_bytes` unless `limit` says
+    otherwise), 400 empty, malformed or not an object."""
     _require_json_content_type(event)
     raw = _body_bytes(event)
-    limit = body_limit_bytes(settings)
+    limit = body_limit_bytes(settings) if limit is None else limit
     if len(raw) > limit:
         raise RequestRefused(
             HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
@@ -565,6 +638,32 @@ class JobAcceptedView(_View):
     created: bool = Field(description="False when this repeated a job already accepted with the same payload.")
 
 
+class JobBatchRequest(BaseModel):
+    """A batch of jobs, each as `POST /jobs` takes it; a jobId at most once."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    jobs: list[JobRequest] = Field(min_length=1, max_length=MAX_BATCH_JOBS)
+
+
+class BatchItemView(_View):
+    job_id: str
+    status_code: int = Field(
+        description="What POST /jobs would answer for this job alone: 202 accepted (`created` false: a repeat of a job "
+        "already accepted with the same payload), 409 the jobId is taken by another job, 403 another tenant's "
+        "workspace, 413 too large, 503 the queue did not take it (send the same job again)."
+    )
+    status: str | None
+    message_id: str | None
+    sequence_number: str | None = Field(description="The queue's SequenceNumber: the order jobs take effect in.")
+    created: bool
+    message: str | None = Field(description="Why the job was not accepted, and what to do; null when accepted.")
+
+
+class JobBatchView(_View):
+    results: list[BatchItemView] = Field(description="One per job, in the order of the request.")
+
+
 class JobView(_View):
     """A job as its tenant sees it. Every field is present; a field not recorded yet is null."""
 
@@ -821,6 +920,44 @@ def submit_job() -> Response[Any]:
     metrics.add_metric(name="JobsAccepted" if result.created else "JobsResubmitted", unit=MetricUnit.Count, value=1)
     logger.info("job accepted" if result.created else "job already accepted", extra={"status": result.status})
     return _json_response(HTTPStatus.ACCEPTED, result.as_response(), headers={"Location": f"/jobs/{job.job_id}"})
+
+
+@app.post(
+    "/jobs:batch",
+    summary="Submit up to 10 jobs at once",
+    responses=answers(
+        {200: ("The batch was processed: one result per job, each with its own statusCode.", JobBatchView)},
+        (400, 401, 403, 413, 415, 422, 503),
+    ),
+    openapi_extensions=json_request_body(
+        JobBatchRequest, "1 to 10 jobs, each as POST /jobs takes it, with distinct jobIds."
+    ),
+)
+@tracer.capture_method(capture_response=False)
+def submit_jobs() -> Response[Any]:
+    svc = services()
+    tenant = caller_tenant(app.current_event, svc.settings)
+    jobs = parse_job_batch(app.current_event, svc.settings)
+    logger.append_keys(tenant_id=tenant, job_ids=[job.job_id for job in jobs])
+    results = enqueue_jobs(
+        jobs,
+        tenant,
+        guard=svc.guard,
+        sqs=svc.sqs,
+        queue_url=svc.settings.queue_url,
+        payloads=svc.payloads,
+        inline_limit_bytes=svc.settings.inline_message_limit_bytes,
+    )
+    counts = {
+        "JobsAccepted": sum(1 for r in results if r.accepted and r.created),
+        "JobsResubmitted": sum(1 for r in results if r.accepted and not r.created),
+        "JobsConflict": sum(1 for r in results if r.status_code == HTTPStatus.CONFLICT),
+    }
+    for name, value in counts.items():
+        if value:
+            metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
+    logger.info("batch processed", extra={"statusCodes": [r.status_code for r in results]})
+    return _json_response(HTTPStatus.OK, {"results": [r.as_response() for r in results]})
 
 
 @app.get(

@@ -168,6 +168,7 @@ def test_api_fuzz_answers_every_operation_as_documented(fuzzed_api: LocalApiServ
     # (schemathesis leaves out the operation that serves the document it was loaded from)
     assert {f"{op.method.upper()} {op.path}" for op in operations} == {
         "POST /jobs",
+        "POST /jobs:batch",
         "GET /jobs/{jobId}",
         "PUT /workspaces/{workspaceId}",
         "GET /workspaces/{workspaceId}",

@@ -447,6 +447,7 @@ def test_api_routes_post_and_get_jobs(template: Template) -> None:
     routes = {(e["Properties"]["Method"], e["Properties"]["Path"]) for e in events if e["Type"] == "HttpApi"}
     assert routes == {
         ("POST", "/jobs"),
+        ("POST", "/jobs:batch"),
         ("GET", "/jobs/{jobId}"),
         ("PUT", "/workspaces/{workspaceId}"),
         ("GET", "/workspaces/{workspaceId}"),

@@ -82,6 +82,7 @@ def test_openapi_status_codes_are_those_each_route_answers(document: dict[str, A
     statuses = {key: set(operation["responses"]) for key, operation in operations(document).items()}
 
     assert statuses[("POST", "/jobs")] == {"202", "400", "401", "403", "409", "413", "415", "422", "503"}
+    assert statuses[("POST", "/jobs:batch")] == {"200", "400", "401", "403", "413", "415", "422", "503"}
     assert statuses[("GET", "/jobs/{jobId}")] == {"200", "401", "403", "404", "422", "503"}
     assert statuses[("PUT", "/workspaces/{workspaceId}")] == {
         *("200", "201", "400", "401", "403", "413", "415", "422", "503")

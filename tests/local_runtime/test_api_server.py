@@ -94,6 +94,7 @@ def test_api_server_routes_come_from_the_template(server_stack: Stack) -> None:
     routes = http_api_routes(server_stack.model)
     assert {route.route_key for route in routes} == {
         "POST /jobs",
+        "POST /jobs:batch",
         "GET /jobs/{jobId}",
         "PUT /workspaces/{workspaceId}",
         "GET /workspaces/{workspaceId}",
@@ -103,6 +104,18 @@ def test_api_server_routes_come_from_the_template(server_stack: Stack) -> None:
         "GET /workspaces",
     }
     assert {route.function_id for route in routes} == {"EnqueueApiFunction"}
+
+
+def test_api_server_post_job_batch_takes_the_route_with_a_colon(api: Api, server_stack: Stack) -> None:
+    body = {"jobs": [job_body("job-b1"), job_body("job-b2")]}
+
+    answer = api.request("POST", "/jobs:batch", json.dumps(body).encode(), {"Content-Type": "application/json"})
+
+    assert answer.status == 200
+    assert [(r["jobId"], r["statusCode"]) for r in answer.body["results"]] == [("job-b1", 202), ("job-b2", 202)]
+    assert (api.events[-1]["routeKey"], api.events[-1]["rawPath"]) == ("POST /jobs:batch", "/jobs:batch")
+    records = server_stack.receive()["Records"]
+    assert [json.loads(r["body"])["jobId"] for r in records] == ["job-b1", "job-b2"]
 
 
 def test_api_server_post_job_is_accepted_and_queued(api: Api, server_stack: Stack) -> None:

@@ -21,7 +21,10 @@ WORKSPACES = int(os.environ.get("CHAOS_WORKSPACES", "8"))
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory: pytest.TempPathFactory) -> Report:
-    config = WorkloadConfig(jobs=JOBS, workspaces=WORKSPACES, agents=4, crashes_per_kind=1, slow_jobs=1, seed=11)
+    # Two of the four agents submit through the batch route, two one job at a time.
+    config = WorkloadConfig(
+        jobs=JOBS, workspaces=WORKSPACES, agents=4, crashes_per_kind=1, slow_jobs=1, seed=11, batch_agents=2
+    )
     run_dir: Path = tmp_path_factory.mktemp("chaos")
     return run_demo(config, time_scale=0.02, concurrency=4, run_dir=run_dir, drain_timeout=300)
 
@@ -33,6 +36,7 @@ def test_chaos_every_fault_kind_was_injected(report: Report):
     assert report.cold_starts > report.invocation_crashes  # each crash and timeout was followed by a fresh process
     assert report.raw_redeliveries_sent > 0
     assert report.poison_sent == 1
+    assert 0 < report.batch_accepted < report.accepted  # both ways of submitting were used
     assert report.api_repeats_absorbed > 0
     assert report.worker_duplicates_absorbed > 0
 

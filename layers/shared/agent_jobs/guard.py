@@ -290,6 +290,143 @@ class JobGuard:
             ExpressionAttributeValues=_wire(values),
         )
 
+    def record_accepted_batch(self, messages: Sequence[JobMessage]) -> list[AcceptResult]:
+        """`record_accepted` for several jobs (distinct jobIds) in as few writes as their outcomes allow: one result
+        per message, in order.
+
+        One transaction holds the conditional put of every job and one ownership check per distinct workspace. When
+        it is cancelled, the reasons say each item's fate: a job whose put failed is CONFLICT, EXISTING, UNSENT or
+        WORKSPACE_FORBIDDEN as `record_accepted` decides; a job whose workspace check failed is WORKSPACE_FORBIDDEN;
+        the jobs that were only cancelled along are written again in a new transaction (each round settles at least
+        one job, so there are at most as many rounds as jobs). Like `record_accepted`, this relies on DynamoDB
+        reporting every item's reason. A cancellation without a failed condition (a conflicting transaction,
+        throttling) raises: retrying the batch is safe.
+        """
+        results: dict[int, AcceptResult] = {}
+        remaining = list(range(len(messages)))
+        for _ in range(len(messages) + 1):
+            if not remaining:
+                break
+            now = self._clock()
+            items = {index: self._queued_item(messages[index], now) for index in remaining}
+            workspaces: dict[str, str] = {}  # workspace -> tenant, in first-seen order
+            for index in remaining:
+                workspaces.setdefault(messages[index].workspace_id, messages[index].tenant_id)
+            transact: list[TransactWriteItemTypeDef] = [
+                {
+                    "Put": {
+                        "TableName": self._table,
+                        "Item": _wire(items[index]),
+                        "ConditionExpression": "attribute_not_exists(pk)",
+                        "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+                    }
+                }
+                for index in remaining
+            ]
+            transact.extend(self._workspace_owned_check(ws, tenant) for ws, tenant in workspaces.items())
+            try:
+                self._client.transact_write_items(TransactItems=transact)
+            except ClientError as error:
+                reasons = _cancellation(error)
+                if reasons is None or not any(_reason_failed(reason) for reason in reasons):
+                    raise  # a transaction conflict or throttling: the caller answers 503 and the client retries
+                forbidden = {
+                    ws
+                    for ws, reason in zip(workspaces, reasons[len(remaining) :], strict=False)
+                    if _reason_failed(reason)
+                }
+                still_new = []
+                for index, reason in zip(remaining, reasons, strict=False):
+                    message = messages[index]
+                    if _reason_failed(reason):
+                        old = to_item(reason.get("Item", {}))
+                        results[index] = self._known_job(message, old, message.workspace_id in forbidden)
+                    elif message.workspace_id in forbidden:
+                        results[index] = AcceptResult(AcceptOutcome.WORKSPACE_FORBIDDEN)
+                    else:
+                        still_new.append(index)
+                remaining = still_new
+                continue
+            for index in remaining:
+                results[index] = AcceptResult(AcceptOutcome.NEW, items[index])
+            remaining = []
+        if remaining:  # cannot happen: every cancelled round settles a job
+            raise RuntimeError("jobs left unrecorded after a round per job")
+        return [results[index] for index in range(len(messages))]
+
+    def record_sent_batch(self, sent: Sequence[tuple[str, str, str | None]]) -> None:
+        """`record_sent` for several jobs, (jobId, messageId, sequenceNumber) each: one transaction of the updates,
+        which never touch the status a worker may own. If the transaction is cancelled (a worker's write of one of
+        the jobs at the same moment), each job is updated on its own instead."""
+        if len(sent) == 1:
+            self.record_sent(*sent[0])
+            return
+        updates: list[TransactWriteItemTypeDef] = []
+        for job_id, message_id, sequence_number in sent:
+            values: dict[str, Any] = {":mid": message_id}
+            expression = "SET messageId = :mid"
+            if sequence_number:
+                values[":seq"] = sequence_number
+                expression += ", sequenceNumber = :seq"
+            updates.append(
+                {
+                    "Update": {
+                        "TableName": self._table,
+                        "Key": _wire({"pk": job_key(job_id)}),
+                        "UpdateExpression": expression,
+                        "ConditionExpression": "attribute_exists(pk)",
+                        "ExpressionAttributeValues": _wire(values),
+                    }
+                }
+            )
+        try:
+            self._client.transact_write_items(TransactItems=updates)
+        except ClientError as error:
+            if _cancellation(error) is None:
+                raise
+            for job_id, message_id, sequence_number in sent:
+                self.record_sent(job_id, message_id, sequence_number)
+
+    def _queued_item(self, message: JobMessage, now: int) -> Item:
+        # The same record `record_accepted` writes.
+        return {
+            "pk": job_key(message.job_id),
+            "jobId": message.job_id,
+            "workspaceId": message.workspace_id,
+            "tenantId": message.tenant_id,
+            "type": str(message.type),
+            "payloadHash": message.payload_hash,
+            "status": str(JobStatus.QUEUED),
+            "attempt": 0,
+            "acceptedAt": now,
+            "updatedAt": now,
+            "ttl": self._ttl(now),
+            "history": [{"status": str(JobStatus.QUEUED), "at": now}],
+        }
+
+    def _workspace_owned_check(self, workspace_id: str, tenant_id: str) -> TransactWriteItemTypeDef:
+        # As in `record_accepted`: a workspace item without a tenant is not anyone's yet.
+        return {
+            "ConditionCheck": {
+                "TableName": self._table,
+                "Key": _wire({"pk": workspace_key(workspace_id)}),
+                "ConditionExpression": "attribute_not_exists(pk) OR attribute_not_exists(tenantId) OR tenantId = :tid",
+                "ExpressionAttributeValues": _wire({":tid": tenant_id}),
+            }
+        }
+
+    @staticmethod
+    def _known_job(message: JobMessage, old: Item, workspace_forbidden: bool) -> AcceptResult:
+        # As in `record_accepted`: another job's record, the same job sent, or the same job unsent.
+        same_job = old.get("payloadHash") == message.payload_hash and old.get("tenantId") == message.tenant_id
+        if not same_job:
+            return AcceptResult(AcceptOutcome.CONFLICT, old)
+        if old.get("messageId"):
+            return AcceptResult(AcceptOutcome.EXISTING, old)
+        if workspace_forbidden:
+            return AcceptResult(AcceptOutcome.WORKSPACE_FORBIDDEN)
+        return AcceptResult(AcceptOutcome.UNSENT, old)
+
     # ---- worker side ---------------------------------------------------------------------------------------------
 
     def claim(

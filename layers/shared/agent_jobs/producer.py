@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 
-from agent_jobs.guard import AcceptOutcome, JobGuard
+from agent_jobs.guard import AcceptOutcome, AcceptResult, JobGuard
 from agent_jobs.keys import deduplication_id, workspace_group_id
-from agent_jobs.models import ApplyPatchJob, JobStatus, OpenPrJob, RunTestsJob, job_message
+from agent_jobs.models import ApplyPatchJob, JobMessage, JobStatus, OpenPrJob, RunTestsJob, job_message
 from agent_jobs.payloads import PayloadStore, message_body
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs.client import SQSClient
+    from mypy_boto3_sqs.type_defs import MessageAttributeValueTypeDef, SendMessageBatchRequestEntryTypeDef
 
 
 DEFAULT_INLINE_MESSAGE_LIMIT_BYTES = 131_072
@@ -128,3 +131,231 @@ def enqueue_job(
     guard.record_sent(job.job_id, message_id, sequence_number)
     status = str(accepted.item.get("status", JobStatus.QUEUED))
     return EnqueueResult(job.job_id, status, message_id, sequence_number, accepted.outcome is AcceptOutcome.NEW)
+
+
+# ---- batches -----------------------------------------------------------------------------------------------------
+
+MAX_BATCH_JOBS = 10  # SendMessageBatch's limit, and the batch route's
+# SendMessageBatch carries at most 1 MiB in all (bodies and attributes); a batch above it is sent in several calls,
+# one after the other, so the jobs of one group keep their order. The margin covers attribute names and types.
+BATCH_PAYLOAD_LIMIT_BYTES = 1_048_576 - 16_384
+
+
+class InvalidBatchError(ValueError):
+    """The batch itself cannot be accepted (empty, more than MAX_BATCH_JOBS jobs, or a jobId twice): nothing was
+    recorded or sent."""
+
+
+@dataclass(frozen=True)
+class BatchItemResult:
+    """The outcome of one job of a batch. `status_code` is what `POST /jobs` would have answered for the job alone:
+    202 accepted (`created` false: already accepted with the same payload), 409 the jobId is taken by another job,
+    403 the workspace is another tenant's, 413 the job is too large, 503 the queue refused the job's message (its
+    record stays; send the same job again)."""
+
+    job_id: str
+    status_code: int
+    status: str | None = None
+    message_id: str | None = None
+    sequence_number: str | None = None
+    created: bool = False
+    message: str | None = None  # why, for a job that was not accepted
+
+    @property
+    def accepted(self) -> bool:
+        return self.status_code == HTTPStatus.ACCEPTED
+
+    def as_response(self) -> dict[str, Any]:
+        return {
+            "jobId": self.job_id,
+            "statusCode": self.status_code,
+            "status": self.status,
+            "messageId": self.message_id,
+            "sequenceNumber": self.sequence_number,
+            "created": self.created,
+            "message": self.message,
+        }
+
+
+@dataclass
+class _Pending:
+    index: int
+    job: ApplyPatchJob | RunTestsJob | OpenPrJob
+    message: JobMessage
+    body: str
+
+
+def enqueue_jobs(
+    jobs: Sequence[ApplyPatchJob | RunTestsJob | OpenPrJob],
+    tenant_id: str,
+    *,
+    guard: JobGuard,
+    sqs: SQSClient,
+    queue_url: str,
+    payloads: PayloadStore | None = None,
+    inline_limit_bytes: int = DEFAULT_INLINE_MESSAGE_LIMIT_BYTES,
+) -> list[BatchItemResult]:
+    """Accept up to MAX_BATCH_JOBS jobs at once, each exactly once per jobId: one result per job, in `jobs` order.
+
+    Each job is accepted as `enqueue_job` accepts it, with the calls shared: large payloads are stored first, the
+    QUEUED records are written in one transaction (`JobGuard.record_accepted_batch`: the conditional puts and one
+    workspace-ownership check per workspace), the jobs to send go to the queue in one SendMessageBatch (several
+    only when their messages exceed its 1 MiB), and the message ids are recorded in one more write
+    (`JobGuard.record_sent_batch`). The queue keeps the order of a batch's entries within a message group, so the
+    jobs of one workspace take effect in the order they have in `jobs`. A job the queue refused (503) keeps its
+    record and is sent by a later submission of the same job, as `enqueue_job` does; jobs of its workspace after it
+    in the same SendMessageBatch call may have been taken (they come before it then), those in a later call are not
+    sent (503 too). Raises InvalidBatchError for an empty batch, one
+    above MAX_BATCH_JOBS or one naming a jobId twice (nothing recorded or sent); AWS errors propagate (retrying the
+    whole batch is safe).
+    """
+    _check_batch(jobs)
+    results, pending = _prepare(jobs, tenant_id, payloads, inline_limit_bytes)
+
+    to_send: list[tuple[_Pending, AcceptResult]] = []
+    accepted = guard.record_accepted_batch([item.message for item in pending]) if pending else []
+    for item, outcome in zip(pending, accepted, strict=True):
+        answered = _answer_known(item.job, outcome)
+        if answered is None:
+            to_send.append((item, outcome))
+        else:
+            results[item.index] = answered
+
+    sent: list[tuple[str, str, str | None]] = []
+    refused_groups: set[str] = set()  # a job of the group was not taken: later ones wait, to keep their order
+    for whole_chunk in _send_chunks(to_send):
+        chunk = []
+        for item, outcome in whole_chunk:
+            if item.job.workspace_id in refused_groups:
+                results[item.index] = _unsent(item.job, "a job before it in its workspace was not taken")
+            else:
+                chunk.append((item, outcome))
+        if not chunk:
+            continue
+        entries: list[SendMessageBatchRequestEntryTypeDef] = [
+            {
+                "Id": f"e{item.index}",
+                "MessageBody": item.body,
+                "MessageGroupId": workspace_group_id(item.job.workspace_id),
+                "MessageDeduplicationId": deduplication_id(item.job.job_id, str(item.job.type)),
+                "MessageAttributes": _message_attributes(tenant_id, str(item.job.type)),
+            }
+            for item, _ in chunk
+        ]
+        response = sqs.send_message_batch(QueueUrl=queue_url, Entries=entries)
+        successful = {entry["Id"]: entry for entry in response.get("Successful", [])}
+        failed = {entry["Id"]: entry for entry in response.get("Failed", [])}
+        for item, outcome in chunk:
+            job = item.job
+            entry_id = f"e{item.index}"
+            if entry_id in successful:
+                message_id = successful[entry_id]["MessageId"]
+                sequence_number = successful[entry_id].get("SequenceNumber")
+                sent.append((job.job_id, message_id, sequence_number))
+                results[item.index] = BatchItemResult(
+                    job.job_id,
+                    HTTPStatus.ACCEPTED,
+                    status=str(outcome.item.get("status", JobStatus.QUEUED)),
+                    message_id=message_id,
+                    sequence_number=sequence_number,
+                    created=outcome.outcome is AcceptOutcome.NEW,
+                )
+            else:
+                refusal = failed.get(entry_id)
+                reason = (refusal.get("Message") or refusal["Code"]) if refusal else "no answer for its entry"
+                results[item.index] = _unsent(job, reason)
+                refused_groups.add(job.workspace_id)
+    if sent:
+        guard.record_sent_batch(sent)
+    return [results[index] for index in range(len(jobs))]
+
+
+def _check_batch(jobs: Sequence[ApplyPatchJob | RunTestsJob | OpenPrJob]) -> None:
+    if not 1 <= len(jobs) <= MAX_BATCH_JOBS:
+        raise InvalidBatchError(f"a batch holds 1 to {MAX_BATCH_JOBS} jobs, not {len(jobs)}")
+    seen: set[str] = set()
+    for job in jobs:
+        if job.job_id in seen:
+            raise InvalidBatchError(
+                f"jobId '{job.job_id}' appears twice in the batch; give each job of a batch its own jobId"
+            )
+        seen.add(job.job_id)
+
+
+def _prepare(
+    jobs: Sequence[ApplyPatchJob | RunTestsJob | OpenPrJob],
+    tenant_id: str,
+    payloads: PayloadStore | None,
+    inline_limit_bytes: int,
+) -> tuple[dict[int, BatchItemResult], list[_Pending]]:
+    """Each job's message, its payload stored first when the message is too large (a 413 result without a store)."""
+    results: dict[int, BatchItemResult] = {}
+    pending: list[_Pending] = []
+    for index, job in enumerate(jobs):
+        message = job_message(job, tenant_id)
+        body = message_body(message)
+        size = len(body.encode())
+        if size > inline_limit_bytes:
+            if payloads is None or payloads.bucket is None:
+                too_large = PayloadTooLargeError(job.job_id, size, inline_limit_bytes)
+                results[index] = BatchItemResult(
+                    job.job_id, HTTPStatus.REQUEST_ENTITY_TOO_LARGE, message=str(too_large)
+                )
+                continue
+            message = payloads.store(message)
+            body = message_body(message)
+        pending.append(_Pending(index, job, message, body))
+    return results, pending
+
+
+def _unsent(job: ApplyPatchJob | RunTestsJob | OpenPrJob, reason: str) -> BatchItemResult:
+    return BatchItemResult(
+        job.job_id,
+        HTTPStatus.SERVICE_UNAVAILABLE,
+        status=str(JobStatus.QUEUED),
+        message=(
+            f"the queue did not take job '{job.job_id}' ({reason}); its record is kept: send the same job again "
+            "(same jobId and payload) to queue it, it cannot be queued twice"
+        ),
+    )
+
+
+def _answer_known(job: ApplyPatchJob | RunTestsJob | OpenPrJob, outcome: AcceptResult) -> BatchItemResult | None:
+    """The result of a job that is not to be sent (refused, or accepted and sent before); None: send it."""
+    if outcome.outcome is AcceptOutcome.CONFLICT:
+        return BatchItemResult(job.job_id, HTTPStatus.CONFLICT, message=str(JobConflictError(job.job_id)))
+    if outcome.outcome is AcceptOutcome.WORKSPACE_FORBIDDEN:
+        forbidden = WorkspaceForbiddenError(job.workspace_id)
+        return BatchItemResult(job.job_id, HTTPStatus.FORBIDDEN, message=str(forbidden))
+    if outcome.outcome is AcceptOutcome.EXISTING:
+        stored = outcome.item
+        return BatchItemResult(
+            job.job_id,
+            HTTPStatus.ACCEPTED,
+            status=str(stored.get("status", JobStatus.QUEUED)),
+            message_id=stored.get("messageId"),
+            sequence_number=stored.get("sequenceNumber"),
+            created=False,
+        )
+    return None
+
+
+def _message_attributes(tenant_id: str, job_type: str) -> dict[str, MessageAttributeValueTypeDef]:
+    return {
+        "tenantId": {"DataType": "String", "StringValue": tenant_id},
+        "type": {"DataType": "String", "StringValue": job_type},
+    }
+
+
+def _send_chunks(to_send: list[tuple[_Pending, AcceptResult]]) -> list[list[tuple[_Pending, AcceptResult]]]:
+    """The entries in order, cut where the next one would take a SendMessageBatch call above its payload limit."""
+    chunks: list[list[tuple[_Pending, AcceptResult]]] = []
+    size = 0
+    for entry in to_send:
+        entry_size = len(entry[0].body.encode()) + 256  # the attributes: names, types and values
+        if not chunks or size + entry_size > BATCH_PAYLOAD_LIMIT_BYTES:
+            chunks.append([])
+            size = 0
+        chunks[-1].append(entry)
+        size += entry_size
+    return chunks
