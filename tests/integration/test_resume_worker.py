@@ -15,6 +15,7 @@ from aws_lambda_powertools import Logger, Metrics
 from agent_jobs.guard import FailOutcome, JobGuard
 from agent_jobs.models import DrainMarker, JobStatus, ResumeDecision, WorkspaceState
 from agent_jobs.resume import resume_workspace, send_drain_marker
+from agent_jobs_cli.deadletters import DeadLetterQueue, RedriveOutcome
 from jobs.errors import PermanentJobError, RetryableJobError
 from processing import BatchWorker
 from tests.conftest import HookedWorkspaceStore, Hooks, Stack, enqueue, make_job, make_message
@@ -437,3 +438,27 @@ def test_record_behind_a_retried_marker_near_its_limit_is_parked_without_ending_
     run_until_empty(stack, worker, lambda_context)
     assert workspaces.commits("ws-a") == ["d1", "p1", "n1"]
     assert stack.workspace("ws-a")["state"] == WorkspaceState.ACTIVE
+
+
+def test_dlq_redrive_of_a_stale_drain_marker_deletes_it_without_halting(stack, workspaces, hooks, lambda_context):
+    # Given a resume that finished (ws-a ACTIVE) and a drain marker of it in the DLQ (its delivery crashed until the
+    # queue moved it)
+    worker = worker_for(stack, workspaces)
+    halted_with_parked(stack, worker, hooks, lambda_context, parked=1)
+    result = resume(stack, "d1", SKIP)
+    run_until_empty(stack, worker, lambda_context)
+    assert stack.workspace("ws-a")["state"] == WorkspaceState.ACTIVE
+    send_drain_marker(
+        stack.services.sqs, stack.dlq_url, DrainMarker(workspace_id="ws-a", resume_id=str(result.resume_id))
+    )
+
+    # When the operator redrives the DLQ
+    (redriven,) = DeadLetterQueue(stack.services.sqs, stack.dlq_url).redrive(
+        stack.guard, select_workspace=lambda _: True
+    )
+
+    # Then the marker is deleted without effect, as the worker acknowledges a stale marker: nothing rejected or halted
+    assert (redriven.outcome, redriven.deleted) == (RedriveOutcome.STALE_MARKER, True)
+    assert stack.item(f"msg#{redriven.message_id}") is None
+    assert stack.workspace("ws-a")["state"] == WorkspaceState.ACTIVE
+    assert stack.queue_depth(stack.dlq_url) == 0
