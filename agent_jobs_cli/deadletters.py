@@ -16,7 +16,8 @@ run it after them: order broken. Instead each selected message, in its group's o
 `sequenceNumber`, else the message's own), which halts its workspace in the same transaction. The worker parks every
 later job of a halted workspace, and a resume (`agent-jobs resume W --retry`) drains the parked jobs in
 SequenceNumber order, this one first. A body that is not a valid job message is rejected through `JobGuard.reject`
-(which halts too). A job that already took effect (SUCCEEDED or SKIPPED) is only deleted. A DLQ message is deleted
+(which halts too). A job that already took effect (SUCCEEDED or SKIPPED) is only deleted, and so is a drain
+marker of no current resume (the worker would acknowledge it without effect). A DLQ message is deleted
 only after its park or reject write succeeded; a message that could not be settled stops its group (its later
 messages stay in the DLQ, in order) and is left visible for the next run.
 
@@ -36,7 +37,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from agent_jobs.guard import JobGuard
 from agent_jobs.keys import workspace_group_id, workspace_id_from_group
-from agent_jobs.models import JobMessage, JobStatus, payload_hash
+from agent_jobs.models import DRAIN_MESSAGE_TYPE, DrainMarker, JobMessage, JobStatus, WorkspaceState, payload_hash
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs.client import SQSClient
@@ -119,6 +120,7 @@ class RedriveOutcome(StrEnum):
     ALREADY_DONE = "ALREADY_DONE"  # the job took effect (SUCCEEDED or SKIPPED): deleted only
     ALREADY_SETTLED = "ALREADY_SETTLED"  # the job is PARKED, DEAD or REJECTED already, its halt on record: deleted
     CONFLICT = "CONFLICT"  # the jobId belongs to a job with another payload: deleted without effect, as the worker does
+    STALE_MARKER = "STALE_MARKER"  # a drain marker of no current resume (or malformed): deleted without effect
     LEFT = "LEFT"  # could not be settled now (see detail); left in the DLQ, and its group stopped
     STOPPED = "STOPPED"  # behind a message of its group that was left; left in the DLQ
 
@@ -296,6 +298,9 @@ class DeadLetterQueue:
         return results
 
     def _redrive_one(self, guard: JobGuard, message: DeadLetter, max_receive_count: int | None) -> RedriveResult:
+        if message.message_attributes.get("type") == DRAIN_MESSAGE_TYPE and not _is_current_marker(guard, message):
+            # The worker acknowledges such a marker without effect; rejecting it would halt a workspace for nothing.
+            return self._deleted(message, RedriveOutcome.STALE_MARKER, "a drain marker of no current resume; no effect")
         job, problem = _parse_job_message(message)
         if job is None:
             workspace_id = message.workspace_id
@@ -364,6 +369,20 @@ def _in_group_order(messages: list[DeadLetter]) -> list[DeadLetter]:
     for index, message in enumerate(messages):
         first_seen.setdefault(message.group_id, index)
     return sorted(messages, key=lambda m: (first_seen[m.group_id], sequence_key(m.sequence_number)))
+
+
+def _is_current_marker(guard: JobGuard, message: DeadLetter) -> bool:
+    """A drain marker of its own group's workspace whose resume is still under way (RESUMING with its resumeId). Such
+    a marker is rejected like any other message that is not a job: that halts the workspace, and the operator's resume
+    (skip) sends a fresh marker."""
+    try:
+        marker = DrainMarker.model_validate_json(message.body)
+    except ValueError:
+        return False
+    if message.group_id != workspace_group_id(marker.workspace_id):
+        return False
+    workspace = guard.get_workspace(marker.workspace_id) or {}
+    return workspace.get("state") == WorkspaceState.RESUMING and workspace.get("resumeId") == marker.resume_id
 
 
 def _parse_job_message(message: DeadLetter) -> tuple[JobMessage | None, str]:

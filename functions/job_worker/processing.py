@@ -464,6 +464,18 @@ class BatchWorker:
                         return
                     drained += 1
                     continue
+                if job is not None and job.get("status") in (JobStatus.DEAD, JobStatus.REJECTED):
+                    # It ended DEAD while another halt was on record (first halt wins), and this resume decided that
+                    # other job: it is undecided, and nothing behind it may run (I3). Halt by it for the operator.
+                    guard.halt_workspace(
+                        workspace_id,
+                        tenant_id=job.get("tenantId"),
+                        job_id=str(cursor),
+                        reason=f"job {cursor} is {job.get('status')}: {job.get('error') or 'no recorded reason'}",
+                    )
+                    self.logger.error("drained job is DEAD and undecided: workspace halted by it")
+                    self._count_halt()
+                    return
                 finished = job is not None and job.get("status") in (JobStatus.SUCCEEDED, JobStatus.SKIPPED)
                 seq = parked_sequence(job.get("sequenceNumber"), 0) if finished and job else None
                 guard.release_drain(workspace_id, str(cursor), drained_seq=seq)
@@ -594,7 +606,12 @@ class BatchWorker:
                 with self._log_keys(jobId=message.job_id, workspaceId=message.workspace_id):
                     receives = record.attributes.approximate_receive_count
                     reason = f"delivery limit near ({receives} receives) before the job could finish"
-                    if self._park(record, message, reason=reason, halt=True):
+                    # A workspace already HALTED or RESUMING parks the record like any other of its records: a halt
+                    # would end a resume under way for a record that only waited behind its drain marker. Only an
+                    # ACTIVE workspace is halted by it.
+                    if self._park(record, message, reason=reason) or self._park(
+                        record, message, reason=reason, halt=True
+                    ):
                         parked.add(record.message_id)
                     else:
                         self.services.guard.halt_workspace(

@@ -10,7 +10,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from botocore.exceptions import ClientError
 
+from agent_jobs import resume as resume_module
 from agent_jobs.guard import FailOutcome
 from agent_jobs.models import DrainMarker, JobStatus, WorkspaceState
 from enqueue_api import app
@@ -201,3 +203,40 @@ def test_list_halted_shows_the_callers_halted_and_resuming_workspaces(api: Resum
 def test_list_halted_bad_query_is_422(api: ResumeApi, query: dict[str, str]):
     response = api.invoke(list_event({"state": "HALTED", **query}))
     assert response.status == 422
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "a RESUMING workspace's view has no haltingJobId (the resume removed it) and does not show lastResume, so an"
+        " operator who lost the original request cannot repeat it, and `agent-jobs resume` refuses a RESUMING"
+        " workspace: a resume whose drain marker was never sent stays RESUMING, parking every job, until someone reads"
+        " lastResume from the table. Fix: show lastResume's haltingJobId and decision in the workspace view and let the"
+        " CLI repeat them for a RESUMING workspace (or let the resume route resend the marker of the current resume)."
+    ),
+)
+def test_resume_whose_marker_was_not_sent_can_be_repeated_from_what_the_api_shows(
+    api: ResumeApi, monkeypatch: pytest.MonkeyPatch
+):
+    # Given a resume whose transaction succeeded and whose drain marker could not be sent
+    halt(api.stack, "d1")
+    park_behind(api.stack, "p1")
+    real_send, queue_down = resume_module.send_drain_marker, {"now": True}
+
+    def send(*args: Any, **kwargs: Any) -> str:
+        if queue_down["now"]:
+            raise ClientError({"Error": {"Code": "ServiceUnavailable", "Message": "down"}}, "SendMessage")
+        return real_send(*args, **kwargs)
+
+    monkeypatch.setattr(resume_module, "send_drain_marker", send)
+    assert api.resume("ws-a", "retry", "d1").status == 503
+    queue_down["now"] = False
+
+    # When an operator repeats the resume from what the API shows of the workspace
+    (view,) = api.halted().body["workspaces"]
+    assert view["state"] == "RESUMING"
+    again = api.resume("ws-a", "retry", str(view.get("haltingJobId")))
+
+    # Then the marker is sent
+    assert again.status == 202
+    assert [marker.workspace_id for marker in queued_markers(api.stack)] == ["ws-a"]

@@ -12,12 +12,13 @@ from typing import Any
 import pytest
 from aws_lambda_powertools import Logger, Metrics
 
-from agent_jobs.guard import JobGuard
+from agent_jobs.guard import FailOutcome, JobGuard
 from agent_jobs.models import DrainMarker, JobStatus, ResumeDecision, WorkspaceState
 from agent_jobs.resume import resume_workspace, send_drain_marker
+from agent_jobs_cli.deadletters import DeadLetterQueue, RedriveOutcome
 from jobs.errors import PermanentJobError, RetryableJobError
 from processing import BatchWorker
-from tests.conftest import HookedWorkspaceStore, Hooks, Stack, enqueue, make_job
+from tests.conftest import HookedWorkspaceStore, Hooks, Stack, enqueue, make_job, make_message
 
 RETRY, SKIP = ResumeDecision.RETRY, ResumeDecision.SKIP
 
@@ -371,3 +372,93 @@ def test_job_whose_workspace_resumed_before_it_could_park_is_claimed_again(stack
     run_until_empty(stack, racing, lambda_context)
     assert workspaces.commits("ws-a") == ["n1"]
     assert stack.job("n1")["status"] == JobStatus.SUCCEEDED
+
+
+def test_drain_never_passes_a_drained_job_left_dead_under_another_halt(stack, workspaces, hooks, lambda_context):
+    # Given a drain running d1 when a DLQ redrive parks an earlier job r0 and halts ws-a (the resume ends), and d1
+    # then fails permanently: d1 is DEAD and still the drain's cursor, but the workspace names r0 (first halt wins)
+    worker = worker_for(stack, workspaces)
+    halted_with_parked(stack, worker, hooks, lambda_context, parked=2)
+    first = resume(stack, "d1")
+    parked = stack.guard.list_parked("ws-a", after_seq=None, expected=3) or []
+    claim = stack.guard.claim_parked(parked[0], resume_id=str(first.resume_id), remaining_ms=60_000)
+    assert claim.lease is not None
+    r0 = make_message("r0")
+    assert stack.guard.park(
+        r0,
+        message_id="m-r0",
+        sequence_number="1",
+        body=r0.model_dump_json(by_alias=True),
+        reason="dead-lettered by the queue; redriven",
+        halt_workspace=True,
+    )
+    assert stack.guard.fail(claim.lease, "patch does not apply", permanent=True, body="{}") is FailOutcome.DEAD
+    assert stack.workspace("ws-a")["haltingJobId"] == "r0"
+
+    # When the operator skips r0 and the worker drains
+    assert resume(stack, "r0", SKIP).outcome == "RESUMING"
+    run_until_empty(stack, worker, lambda_context)
+
+    # Then nothing behind d1 took effect while d1 is DEAD (I3): the workspace is halted by d1 for a decision
+    assert workspaces.commits("ws-a") == []
+    workspace = stack.workspace("ws-a")
+    assert (workspace["state"], workspace["haltingJobId"]) == (WorkspaceState.HALTED, "d1")
+    # and once d1 is skipped, the jobs behind it run in order
+    assert resume(stack, "d1", SKIP).outcome == "RESUMING"
+    run_until_empty(stack, worker, lambda_context)
+    assert workspaces.commits("ws-a") == ["p1", "p2"]
+    assert stack.workspace("ws-a")["state"] == WorkspaceState.ACTIVE
+
+
+def test_record_behind_a_retried_marker_near_its_limit_is_parked_without_ending_the_resume(
+    stack, workspaces, hooks, lambda_context
+):
+    # Given a resume whose marker fails (the parked index lags) with a new job n1 behind it in the same batch, n1 at
+    # the receive count where the worker parks a failed record rather than let the queue dead-letter it
+    lagging = LaggingGuard(stack, hide={"d1"})
+    worker = worker_for(stack, workspaces, guard=lagging)
+    halted_with_parked(stack, worker, hooks, lambda_context, parked=1)
+    result = resume(stack, "d1")
+    enqueue(stack, make_job("n1", "ws-a"))
+    event = stack.receive(10)
+    _marker, n1 = event["Records"]
+    assert json.loads(n1["body"])["jobId"] == "n1"
+    n1["attributes"]["ApproximateReceiveCount"] = str(stack.settings.max_receive_count)
+
+    # When the batch fails at the marker
+    response = worker.handle(event, lambda_context())
+    stack.settle(event, response)
+
+    # Then n1 is parked behind the others and the resume goes on (n1 did not halt the workspace: it never failed)
+    assert stack.job("n1")["status"] == JobStatus.PARKED
+    workspace = stack.workspace("ws-a")
+    assert (workspace["state"], workspace["resumeId"]) == (WorkspaceState.RESUMING, result.resume_id)
+    assert "haltingJobId" not in workspace
+    lagging.hide = set()
+    run_until_empty(stack, worker, lambda_context)
+    assert workspaces.commits("ws-a") == ["d1", "p1", "n1"]
+    assert stack.workspace("ws-a")["state"] == WorkspaceState.ACTIVE
+
+
+def test_dlq_redrive_of_a_stale_drain_marker_deletes_it_without_halting(stack, workspaces, hooks, lambda_context):
+    # Given a resume that finished (ws-a ACTIVE) and a drain marker of it in the DLQ (its delivery crashed until the
+    # queue moved it)
+    worker = worker_for(stack, workspaces)
+    halted_with_parked(stack, worker, hooks, lambda_context, parked=1)
+    result = resume(stack, "d1", SKIP)
+    run_until_empty(stack, worker, lambda_context)
+    assert stack.workspace("ws-a")["state"] == WorkspaceState.ACTIVE
+    send_drain_marker(
+        stack.services.sqs, stack.dlq_url, DrainMarker(workspace_id="ws-a", resume_id=str(result.resume_id))
+    )
+
+    # When the operator redrives the DLQ
+    (redriven,) = DeadLetterQueue(stack.services.sqs, stack.dlq_url).redrive(
+        stack.guard, select_workspace=lambda _: True
+    )
+
+    # Then the marker is deleted without effect, as the worker acknowledges a stale marker: nothing rejected or halted
+    assert (redriven.outcome, redriven.deleted) == (RedriveOutcome.STALE_MARKER, True)
+    assert stack.item(f"msg#{redriven.message_id}") is None
+    assert stack.workspace("ws-a")["state"] == WorkspaceState.ACTIVE
+    assert stack.queue_depth(stack.dlq_url) == 0
