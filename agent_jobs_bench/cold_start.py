@@ -74,7 +74,9 @@ def sample(
     command = [python_executable(), "-c", _SAMPLE.format(module=module)]
     if event_file is not None:
         command.append(str(event_file))
-    completed = subprocess.run(command, cwd=function_dir, env=env, capture_output=True, text=True, timeout=120)
+    completed = subprocess.run(
+        command, check=False, cwd=function_dir, env=env, capture_output=True, text=True, timeout=120
+    )
     if completed.returncode != 0:
         raise RuntimeError(f"importing {module} from {function_dir} failed:\n{completed.stderr[-3000:]}")
     result: dict[str, float] = json.loads(completed.stdout.strip().splitlines()[-1])
