@@ -91,14 +91,16 @@ def test_cold_start_quick_run_measures_three_imports_and_reports_the_ratio_goal(
     # When the quick benchmark runs
     figures = cold_start.run(quick=True)
 
-    # Then boto3, the worker (with its first invocation) and the producer were each imported QUICK_RUNS times
+    # Then boto3, the worker (with its first invocation), the producer and the libraries' floor were each imported
+    # QUICK_RUNS times
     runs = cold_start.QUICK_RUNS
     assert samples == {
         ("boto3", "job_worker", False): runs,
         ("app", "job_worker", True): runs,
         ("app", "enqueue_api", False): runs,
+        (cold_start.LIBRARY_FLOOR, "job_worker", False): runs,
     }
-    boto3, worker, producer, invocation = figures
+    boto3, worker, producer, invocation, floor = figures
     assert boto3.name == "import boto3 alone"
     assert boto3.goal is None
     for figure in (worker, producer):
@@ -113,3 +115,5 @@ def test_cold_start_quick_run_measures_three_imports_and_reports_the_ratio_goal(
     assert "producer" in producer.name
     assert invocation.goal is None
     assert invocation.value > 0
+    assert floor.goal is None
+    assert floor.baseline == boto3.value
