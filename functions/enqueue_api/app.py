@@ -48,13 +48,11 @@ import inspect
 import json
 from collections.abc import Mapping, Sequence
 from http import HTTPStatus
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import unquote
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response, content_types
-from aws_lambda_powertools.event_handler.openapi.models import HTTPBearer
-from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
 from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEventV2
@@ -94,6 +92,9 @@ from agent_jobs.resume import resume_workspace
 from agent_jobs.services import Services, build_services
 from agent_jobs.settings import Settings
 from agent_jobs.workspaces import WorkspaceOwnedElsewhereError, WorkspaceRegistry, WorkspaceStatus, workspace_status
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
 
 logger = Logger()
 tracer = Tracer()
@@ -804,6 +805,9 @@ def openapi_document() -> dict[str, Any]:
     """The OpenAPI 3.1 document of every registered route, built once per environment."""
     global _openapi_document  # noqa: PLW0603
     if _openapi_document is None:
+        # Powertools' OpenAPI models take longer to import than the rest of this module: only this route needs them.
+        from aws_lambda_powertools.event_handler.openapi.models import HTTPBearer
+
         _resolve_handler_annotations()
         generated = app.get_openapi_json_schema(
             title="Agent Jobs API",

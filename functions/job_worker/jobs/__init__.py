@@ -2,17 +2,32 @@
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from agent_jobs.models import ApplyPatchJob, JobType, OpenPrJob, RunTestsJob
-from jobs import apply_patch, open_pr, run_tests
-from jobs.context import JobContext
+from agent_jobs.models import JobType
+
+if TYPE_CHECKING:
+    from agent_jobs.models import ApplyPatchJob, OpenPrJob, RunTestsJob
+    from jobs.context import JobContext
+
+
+def _handler(module: str) -> Callable[[Any, JobContext], dict[str, Any]]:
+    """`jobs.<module>.run`, imported on the first job of its type: a cold start pays for the git library, the GitHub
+    client or the test runner only when a job needs them."""
+
+    def run(job: Any, context: JobContext) -> dict[str, Any]:
+        handler: Callable[[Any, JobContext], dict[str, Any]] = importlib.import_module(f"jobs.{module}").run
+        return handler(job, context)
+
+    return run
+
 
 JOB_HANDLERS: dict[JobType, Callable[[Any, JobContext], dict[str, Any]]] = {
-    JobType.APPLY_PATCH: apply_patch.run,
-    JobType.RUN_TESTS: run_tests.run,
-    JobType.OPEN_PR: open_pr.run,
+    JobType.APPLY_PATCH: _handler("apply_patch"),
+    JobType.RUN_TESTS: _handler("run_tests"),
+    JobType.OPEN_PR: _handler("open_pr"),
 }
 
 

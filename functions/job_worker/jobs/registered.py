@@ -13,12 +13,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from jobs.errors import PermanentJobError
-from jobs.git_workspace import GitCredentials, GitRemote, GitWorkspace, GitWorkspaceStore
-from jobs.tokens import read_token
 
 if TYPE_CHECKING:
     from agent_jobs.models import RegisteredWorkspace
     from agent_jobs.workspaces import WorkspaceRegistry
+    from jobs.git_workspace import GitRemote, GitWorkspace, GitWorkspaceStore
 
 REGISTRATION_CACHE_SECONDS = 60
 
@@ -29,14 +28,24 @@ class RegisteredWorkspaceStore:
         registry: WorkspaceRegistry,
         cache_root: Path,
         *,
-        tokens: Callable[[str], str] = read_token,
+        tokens: Callable[[str], str] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._registry = registry
-        self._tokens = tokens
+        self._tokens = tokens or _read_token
         self._clock = clock
         self._cached: dict[str, tuple[float, RegisteredWorkspace]] = {}
-        self._git = GitWorkspaceStore(cache_root, self._remote)
+        self._cache_root = cache_root
+        self._git_store: GitWorkspaceStore | None = None
+
+    @property
+    def _git(self) -> GitWorkspaceStore:
+        # Built on the first job, so an environment imports the git library only when it runs a job on a workspace.
+        if self._git_store is None:
+            from jobs.git_workspace import GitWorkspaceStore
+
+            self._git_store = GitWorkspaceStore(self._cache_root, self._remote)
+        return self._git_store
 
     def registration(self, workspace_id: str) -> RegisteredWorkspace:
         cached = self._cached.get(workspace_id)
@@ -59,6 +68,8 @@ class RegisteredWorkspaceStore:
         return self._tokens(reference) if reference else None
 
     def _remote(self, workspace_id: str) -> GitRemote:
+        from jobs.git_workspace import GitCredentials, GitRemote
+
         registration = self.registration(workspace_id).registration
         credentials = None
         if registration.remote_url.startswith("https://"):
@@ -71,3 +82,10 @@ class RegisteredWorkspaceStore:
             base_branch=registration.base_branch,
             credentials=credentials,
         )
+
+
+def _read_token(reference: str) -> str:
+    # Powertools Parameters load with the first HTTPS remote that has a token, not with every cold start.
+    from jobs.tokens import read_token
+
+    return read_token(reference)

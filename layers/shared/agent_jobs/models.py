@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 from urllib.parse import SplitResult, urlsplit
 
 from pydantic import (
@@ -56,7 +57,11 @@ class WorkspaceState(StrEnum):
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
+    # defer_build: a model's validator is built on its first use, not at import, so a cold start pays only for the
+    # models its invocations use (the worker never validates a resume request or a registration body).
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True, defer_build=True
+    )
 
 
 class ResumeDecision(StrEnum):
@@ -131,7 +136,20 @@ class OpenPrJob(_JobFields):
 JobRequest = Annotated[ApplyPatchJob | RunTestsJob | OpenPrJob, Field(discriminator="type")]
 """What an agent submits (the API body, or the argument of `enqueue_job`). The tenant is never part of it."""
 
-job_request_adapter: TypeAdapter[ApplyPatchJob | RunTestsJob | OpenPrJob] = TypeAdapter(JobRequest)
+if TYPE_CHECKING:
+    job_request_adapter: TypeAdapter[ApplyPatchJob | RunTestsJob | OpenPrJob]
+
+
+@functools.cache
+def _job_request_adapter() -> TypeAdapter[ApplyPatchJob | RunTestsJob | OpenPrJob]:
+    return TypeAdapter(JobRequest)
+
+
+def __getattr__(name: str) -> Any:
+    # `job_request_adapter` is built on first use (it builds every job model's validator), not at import.
+    if name == "job_request_adapter":
+        return _job_request_adapter()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 Sha256Hex = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
@@ -199,7 +217,7 @@ class JobMessage(_Model):
                 "payload the job was accepted with; submit the same job again (same jobId and payload) to store it "
                 "again, then resume the workspace with retry, or skip the job"
             )
-        return job_request_adapter.validate_python(
+        return _job_request_adapter().validate_python(
             {"jobId": self.job_id, "workspaceId": self.workspace_id, "type": self.type, "payload": self.payload}
         )
 
