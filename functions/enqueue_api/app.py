@@ -70,6 +70,7 @@ from agent_jobs.models import (
     JobType,
     OpenPrJob,
     RegisteredWorkspace,
+    ResumeDecision,
     ResumeRequest,
     RunTestsJob,
     TenantId,
@@ -127,7 +128,7 @@ PUBLIC_WORKSPACE_FIELDS: Final = (
     "githubApiUrl",
     "registeredAt",
 )
-PUBLIC_WORKSPACE_STATE_FIELDS: Final = ("state", "haltingJobId", "haltReason", "lastAppliedJobId")
+PUBLIC_WORKSPACE_STATE_FIELDS: Final = ("state", "haltingJobId", "haltReason", "lastAppliedJobId", "lastResume")
 _JOB_SHAPE: Final = '{"jobId", "workspaceId", "type", "payload"}'
 _WORKSPACE_SHAPE: Final = '{"remoteUrl", "branch", ...}'
 _ALLOWED_TYPES: Final = ", ".join(job_type.value for job_type in JobType)
@@ -432,8 +433,8 @@ def public_workspace_view(workspace: RegisteredWorkspace) -> dict[str, Any]:
 
 
 def public_workspace_status_view(status: WorkspaceStatus, last_applied_job_id: str | None = None) -> dict[str, Any]:
-    """The registration (its fields null when the workspace only carries halt state), the workspace's state and the
-    last job that took effect on it (null when unknown or none)."""
+    """The registration (its fields null when the workspace only carries halt state), the workspace's state, the
+    last job that took effect on it (null when unknown or none) and the last resume decision (null when none)."""
     if status.registered is not None:
         view = public_workspace_view(status.registered)
     else:
@@ -444,6 +445,7 @@ def public_workspace_status_view(status: WorkspaceStatus, last_applied_job_id: s
         haltingJobId=status.halting_job_id,
         haltReason=status.halt_reason,
         lastAppliedJobId=last_applied_job_id,
+        lastResume=status.last_resume,
     )
     return view
 
@@ -602,6 +604,16 @@ class WorkspaceView(_View):
     registered_at: int
 
 
+class LastResumeView(_View):
+    """An operator's resume decision. While the workspace is RESUMING it is the resume under way: sending the same
+    decision and haltingJobId to the resume route again sends its drain marker again."""
+
+    decision: ResumeDecision
+    halting_job_id: str = Field(description="The job the decision was for.")
+    at: int | None = Field(description="Epoch milliseconds.")
+    by: str | None = Field(description="Who decided (the operator token's subject).")
+
+
 class WorkspaceStatusView(_View):
     """The registration (null fields when the workspace only carries halt state) and the workspace's state."""
 
@@ -619,6 +631,9 @@ class WorkspaceStatusView(_View):
     halting_job_id: str | None
     halt_reason: str | None
     last_applied_job_id: str | None = Field(description="The newest job that SUCCEEDED on the workspace.")
+    last_resume: LastResumeView | None = Field(
+        description="The last resume decision; while RESUMING, the resume under way (repeat it to resend its marker)."
+    )
 
 
 class ResumeConflictView(_View):

@@ -205,16 +205,6 @@ def test_list_halted_bad_query_is_422(api: ResumeApi, query: dict[str, str]):
     assert response.status == 422
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "a RESUMING workspace's view has no haltingJobId (the resume removed it) and does not show lastResume, so an"
-        " operator who lost the original request cannot repeat it, and `agent-jobs resume` refuses a RESUMING"
-        " workspace: a resume whose drain marker was never sent stays RESUMING, parking every job, until someone reads"
-        " lastResume from the table. Fix: show lastResume's haltingJobId and decision in the workspace view and let the"
-        " CLI repeat them for a RESUMING workspace (or let the resume route resend the marker of the current resume)."
-    ),
-)
 def test_resume_whose_marker_was_not_sent_can_be_repeated_from_what_the_api_shows(
     api: ResumeApi, monkeypatch: pytest.MonkeyPatch
 ):
@@ -235,7 +225,10 @@ def test_resume_whose_marker_was_not_sent_can_be_repeated_from_what_the_api_show
     # When an operator repeats the resume from what the API shows of the workspace
     (view,) = api.halted().body["workspaces"]
     assert view["state"] == "RESUMING"
-    again = api.resume("ws-a", "retry", str(view.get("haltingJobId")))
+    assert view["haltingJobId"] is None  # the resume cleared the halt; lastResume names the decision under way
+    assert (view["lastResume"]["decision"], view["lastResume"]["haltingJobId"]) == ("retry", "d1")
+    assert view["lastResume"]["by"] == "alice"
+    again = api.resume("ws-a", view["lastResume"]["decision"], view["lastResume"]["haltingJobId"])
 
     # Then the marker is sent
     assert again.status == 202
