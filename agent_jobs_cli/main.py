@@ -641,6 +641,12 @@ def resume(
         return
     if repeat:
         out().print(f"Resume of {workspace_id} repeated ({decision} of job {halting_job_id}): drain marker sent.")
+    elif answer.get("state") == "HALTED":
+        # Another job halted the workspace while it was halted: nothing runs until that one is decided too.
+        following = answer.get("haltingJobId")
+        out().print(f"Job {halting_job_id}: {decision} decided. {workspace_id} is still HALTED by job {following}.")
+        out().print(f"Decide it next: agent-jobs resume {workspace_id} --retry|--skip")
+        return
     else:
         out().print(f"Workspace {workspace_id} is {answer.get('state')}: {decision} of job {halting_job_id} accepted.")
     out().print(f"Follow it: agent-jobs watch {workspace_id} --until-idle")

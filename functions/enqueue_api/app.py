@@ -17,7 +17,8 @@
     GET  /openapi.json   200 the OpenAPI document of these routes (no authentication)
     POST /workspaces/{workspaceId}/resume
                          body: {"decision": "retry"|"skip", "haltingJobId"}; operator scope, own tenant only.
-                         202 the workspace's status (RESUMING, or ACTIVE when nothing was parked); 409 not HALTED,
+                         202 the workspace's status (RESUMING, or ACTIVE when nothing was parked, or still HALTED by
+                         the next undecided job); 409 not HALTED,
                          another halting job, or retry of a rejected message; 403 another tenant's or no operator
                          scope; 404 unknown; 400, 413, 415, 422 a request to fix; 503 retry (the same request is safe)
     GET  /workspaces?state=HALTED[&limit=&nextToken=]
@@ -1040,7 +1041,8 @@ def _workspace_view(workspace_id: str, item: dict[str, Any]) -> dict[str, Any]:
         {
             202: (
                 "Resume begun (or already begun by the same decision): the workspace is RESUMING, its parked jobs run "
-                "in order, or ACTIVE when nothing was parked.",
+                "in order, or ACTIVE when nothing was parked. Or the job is decided and the workspace stays HALTED by "
+                "another job that halted it meanwhile (its haltingJobId): decide that one next.",
                 WorkspaceStatusView,
             )
         },

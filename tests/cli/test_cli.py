@@ -216,6 +216,29 @@ def test_cli_resume_of_a_resuming_workspace_repeats_its_resume_and_sends_the_mar
     assert job_item(cli.runtime, "cli-r-1")["status"] == "SKIPPED"
 
 
+def test_cli_resume_shows_the_next_undecided_halting_job(cli: CliHarness):
+    # Given a workspace halted by a DEAD job, then a message rejected while it was halted (the first halt stays)
+    cli.register("ws-cli-twice")
+    assert cli.enqueue_patch("ws-cli-twice", "cli-t-1", BAD_PATCH).exit_code == 0
+    assert cli.run("watch", "ws-cli-twice", "--until-idle", "--interval", "0.2", "--timeout", "90").exit_code == 0
+    runtime = cli.runtime
+    dynamodb = boto3.client("dynamodb", endpoint_url=runtime.endpoint_url, region_name=runtime.resources.region)
+    guard = JobGuard(dynamodb, runtime.resources.table_name)
+    assert guard.reject(
+        message_id="m-t", job_id=None, workspace_id="ws-cli-twice", tenant_id=TENANT, reason="bad", body="{"
+    )
+
+    # When the operator skips the halting job
+    first = cli.run("resume", "ws-cli-twice", "--skip", "--yes")
+
+    # Then the CLI says the workspace is still HALTED by the rejected message and what to run next
+    assert first.exit_code == 0, first.output
+    assert "still HALTED by job msg#m-t" in first.stdout
+    assert "agent-jobs resume ws-cli-twice --retry|--skip" in first.stdout
+    assert cli.run("resume", "ws-cli-twice", "--skip", "--yes").exit_code == 0
+    assert cli.run_json("status", "workspace", "ws-cli-twice")["state"] == "ACTIVE"
+
+
 def test_cli_is_idle_only_without_pending_jobs_or_a_resume():
     assert is_idle(None, [])
     assert is_idle({"state": "HALTED"}, [{"status": "PARKED"}, {"status": "DEAD"}])

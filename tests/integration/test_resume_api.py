@@ -233,3 +233,30 @@ def test_resume_whose_marker_was_not_sent_can_be_repeated_from_what_the_api_show
     # Then the marker is sent
     assert again.status == 202
     assert [marker.workspace_id for marker in queued_markers(api.stack)] == ["ws-a"]
+
+
+def test_resume_with_another_undecided_halting_job_is_202_halted_by_it_and_sends_no_marker(api: ResumeApi):
+    # Given ws-a halted by d1, p1 parked, and a message rejected while ws-a was halted (first halt wins: d1 stays)
+    halt(api.stack, "d1")
+    park_behind(api.stack, "p1")
+    assert api.stack.guard.reject(
+        message_id="m-x", job_id=None, workspace_id="ws-a", tenant_id="tenant-1", reason="bad", body="{"
+    )
+
+    # When the operator retries d1
+    response = api.resume("ws-a", "retry", "d1")
+
+    # Then d1 is decided, and the answer shows the workspace still HALTED by the rejected message: nothing drains
+    assert response.status == 202
+    assert (response.body["state"], response.body["haltingJobId"]) == ("HALTED", "msg#m-x")
+    assert (response.body["lastResume"]["decision"], response.body["lastResume"]["haltingJobId"]) == ("retry", "d1")
+    assert queued_markers(api.stack) == []
+    assert api.stack.job("d1")["status"] == JobStatus.PARKED
+    # and repeating d1's decision says what to decide next
+    repeated = api.resume("ws-a", "retry", "d1")
+    assert repeated.status == 409
+    assert "decide that job next" in repeated.body["message"]
+    # and once the message is skipped, the resume begins and its marker is sent
+    last = api.resume("ws-a", "skip", "msg#m-x")
+    assert (last.status, last.body["state"]) == (202, "RESUMING")
+    assert [marker.workspace_id for marker in queued_markers(api.stack)] == ["ws-a"]
