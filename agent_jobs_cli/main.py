@@ -233,6 +233,16 @@ def job_panel(job: dict[str, Any]) -> Panel:
     return Panel(Group(facts, Text(""), history), title=f"job {job.get('jobId')}", expand=False)
 
 
+def last_resume_text(last: Any) -> str | None:
+    """`retry of job J by B at T`, or None when the workspace shows no resume."""
+    if not isinstance(last, dict) or not last.get("decision"):
+        return None
+    text = f"{last.get('decision')} of job {last.get('haltingJobId')}"
+    if last.get("by"):
+        text += f" by {last.get('by')}"
+    return text + (f" at {when(last.get('at'))}" if last.get("at") else "")
+
+
 def workspace_panel(workspace: dict[str, Any]) -> Panel:
     facts = fields_table(
         [
@@ -241,6 +251,7 @@ def workspace_panel(workspace: dict[str, Any]) -> Panel:
             ("halting job", workspace.get("haltingJobId")),
             ("halt reason", workspace.get("haltReason")),
             ("last applied", workspace.get("lastAppliedJobId")),
+            ("last resume", last_resume_text(workspace.get("lastResume"))),
             ("remote", workspace.get("remoteUrl")),
             ("branch", workspace.get("branch")),
             ("base branch", workspace.get("baseBranch")),
@@ -575,17 +586,36 @@ def resume(
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
     as_json: JsonOption = False,
 ) -> None:
-    """Resume a halted workspace: decide its halting job (--retry or --skip); its parked jobs then run in order."""
-    if retry == skip:
+    """Resume a halted workspace: decide its halting job (--retry or --skip); its parked jobs then run in order. On a
+    RESUMING workspace, repeat the resume under way (its decision and job), which sends its drain marker again."""
+    if retry and skip:
         raise CliError("choose one decision: --retry (run the halting job again) or --skip (never run it)")
-    decision = "retry" if retry else "skip"
+    chosen = "retry" if retry else "skip" if skip else None
     client = state_of(ctx).api(operator=True)
     workspace = api_get(client, f"/workspaces/{path_id(workspace_id)}")
-    if workspace.get("state") != "HALTED":
-        raise CliError(f"workspace {workspace_id} is {workspace.get('state')}, not HALTED: there is nothing to resume")
-    halting_job_id = workspace.get("haltingJobId")
-    if not halting_job_id:
-        raise CliError(f"workspace {workspace_id} is HALTED but names no halting job; inspect it in the table")
+    repeat = workspace.get("state") == "RESUMING"
+    if repeat:
+        # A resume whose drain marker was never sent (the API answered 503) stays RESUMING and parks every new job
+        # until the same request is sent again: the workspace shows which one it was.
+        last = workspace.get("lastResume") or {}
+        decision, halting_job_id = last.get("decision"), last.get("haltingJobId")
+        if not decision or not halting_job_id:
+            raise CliError(f"workspace {workspace_id} is RESUMING but shows no resume to repeat; watch it instead")
+        if chosen is not None and chosen != decision:
+            raise CliError(
+                f"workspace {workspace_id} is RESUMING from a {decision} of job {halting_job_id}; that decision is"
+                f" made: run agent-jobs resume {workspace_id} without --{chosen} to send its drain marker again"
+            )
+    else:
+        if workspace.get("state") != "HALTED":
+            raise CliError(
+                f"workspace {workspace_id} is {workspace.get('state')}, not HALTED: there is nothing to resume"
+            )
+        if chosen is None:
+            raise CliError("choose one decision: --retry (run the halting job again) or --skip (never run it)")
+        decision, halting_job_id = chosen, workspace.get("haltingJobId")
+        if not halting_job_id:
+            raise CliError(f"workspace {workspace_id} is HALTED but names no halting job; inspect it in the table")
     if not as_json:
         out().print(workspace_panel(workspace))
         halting = None
@@ -594,7 +624,12 @@ def resume(
             halting = client.get(f"/jobs/{path_id(str(halting_job_id))}")
         if isinstance(halting, dict):
             out().print(job_panel(halting))
-    if not yes and not typer.confirm(f"{decision} job {halting_job_id} and resume workspace {workspace_id}?", err=True):
+    question = (
+        f"repeat the {decision} of job {halting_job_id} (send the drain marker of workspace {workspace_id} again)?"
+        if repeat
+        else f"{decision} job {halting_job_id} and resume workspace {workspace_id}?"
+    )
+    if not yes and not typer.confirm(question, err=True):
         raise CliError("not resumed")
     answer = api_post(
         client,
@@ -604,7 +639,16 @@ def resume(
     if as_json:
         print_json(answer)
         return
-    out().print(f"Workspace {workspace_id} is {answer.get('state')}: {decision} of job {halting_job_id} accepted.")
+    if repeat:
+        out().print(f"Resume of {workspace_id} repeated ({decision} of job {halting_job_id}): drain marker sent.")
+    elif answer.get("state") == "HALTED":
+        # Another job halted the workspace while it was halted: nothing runs until that one is decided too.
+        following = answer.get("haltingJobId")
+        out().print(f"Job {halting_job_id}: {decision} decided. {workspace_id} is still HALTED by job {following}.")
+        out().print(f"Decide it next: agent-jobs resume {workspace_id} --retry|--skip")
+        return
+    else:
+        out().print(f"Workspace {workspace_id} is {answer.get('state')}: {decision} of job {halting_job_id} accepted.")
     out().print(f"Follow it: agent-jobs watch {workspace_id} --until-idle")
 
 

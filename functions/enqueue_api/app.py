@@ -21,7 +21,8 @@
     GET  /openapi.json   200 the OpenAPI document of these routes (no authentication)
     POST /workspaces/{workspaceId}/resume
                          body: {"decision": "retry"|"skip", "haltingJobId"}; operator scope, own tenant only.
-                         202 the workspace's status (RESUMING, or ACTIVE when nothing was parked); 409 not HALTED,
+                         202 the workspace's status (RESUMING, or ACTIVE when nothing was parked, or still HALTED by
+                         the next undecided job); 409 not HALTED,
                          another halting job, or retry of a rejected message; 403 another tenant's or no operator
                          scope; 404 unknown; 400, 413, 415, 422 a request to fix; 503 retry (the same request is safe)
     GET  /workspaces?state=HALTED[&limit=&nextToken=]
@@ -72,6 +73,7 @@ from agent_jobs.models import (
     JobType,
     OpenPrJob,
     RegisteredWorkspace,
+    ResumeDecision,
     ResumeRequest,
     RunTestsJob,
     TenantId,
@@ -139,7 +141,7 @@ PUBLIC_WORKSPACE_FIELDS: Final = (
     "githubApiUrl",
     "registeredAt",
 )
-PUBLIC_WORKSPACE_STATE_FIELDS: Final = ("state", "haltingJobId", "haltReason", "lastAppliedJobId")
+PUBLIC_WORKSPACE_STATE_FIELDS: Final = ("state", "haltingJobId", "haltReason", "lastAppliedJobId", "lastResume")
 _JOB_SHAPE: Final = '{"jobId", "workspaceId", "type", "payload"}'
 _WORKSPACE_SHAPE: Final = '{"remoteUrl", "branch", ...}'
 _ALLOWED_TYPES: Final = ", ".join(job_type.value for job_type in JobType)
@@ -506,8 +508,8 @@ def public_workspace_view(workspace: RegisteredWorkspace) -> dict[str, Any]:
 
 
 def public_workspace_status_view(status: WorkspaceStatus, last_applied_job_id: str | None = None) -> dict[str, Any]:
-    """The registration (its fields null when the workspace only carries halt state), the workspace's state and the
-    last job that took effect on it (null when unknown or none)."""
+    """The registration (its fields null when the workspace only carries halt state), the workspace's state, the
+    last job that took effect on it (null when unknown or none) and the last resume decision (null when none)."""
     if status.registered is not None:
         view = public_workspace_view(status.registered)
     else:
@@ -518,6 +520,7 @@ def public_workspace_status_view(status: WorkspaceStatus, last_applied_job_id: s
         haltingJobId=status.halting_job_id,
         haltReason=status.halt_reason,
         lastAppliedJobId=last_applied_job_id,
+        lastResume=status.last_resume,
     )
     return view
 
@@ -702,6 +705,16 @@ class WorkspaceView(_View):
     registered_at: int
 
 
+class LastResumeView(_View):
+    """An operator's resume decision. While the workspace is RESUMING it is the resume under way: sending the same
+    decision and haltingJobId to the resume route again sends its drain marker again."""
+
+    decision: ResumeDecision
+    halting_job_id: str = Field(description="The job the decision was for.")
+    at: int | None = Field(description="Epoch milliseconds.")
+    by: str | None = Field(description="Who decided (the operator token's subject).")
+
+
 class WorkspaceStatusView(_View):
     """The registration (null fields when the workspace only carries halt state) and the workspace's state."""
 
@@ -719,6 +732,9 @@ class WorkspaceStatusView(_View):
     halting_job_id: str | None
     halt_reason: str | None
     last_applied_job_id: str | None = Field(description="The newest job that SUCCEEDED on the workspace.")
+    last_resume: LastResumeView | None = Field(
+        description="The last resume decision; while RESUMING, the resume under way (repeat it to resend its marker)."
+    )
 
 
 class ResumeConflictView(_View):
@@ -1166,7 +1182,8 @@ def _workspace_view(workspace_id: str, item: dict[str, Any]) -> dict[str, Any]:
         {
             202: (
                 "Resume begun (or already begun by the same decision): the workspace is RESUMING, its parked jobs run "
-                "in order, or ACTIVE when nothing was parked.",
+                "in order, or ACTIVE when nothing was parked. Or the job is decided and the workspace stays HALTED by "
+                "another job that halted it meanwhile (its haltingJobId): decide that one next.",
                 WorkspaceStatusView,
             )
         },

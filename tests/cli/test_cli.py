@@ -6,8 +6,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import boto3
+
+from agent_jobs.guard import JobGuard, ResumeOutcome
+from agent_jobs.models import ResumeDecision
 from agent_jobs_cli.main import OPERATOR_SCOPE, build_job, is_idle
-from tests.cli.conftest import BAD_PATCH, CliHarness, agent_token, job_item
+from tests.cli.conftest import BAD_PATCH, TENANT, CliHarness, agent_token, job_item
 
 
 def test_cli_operator_scope_matches_the_api():
@@ -175,6 +179,64 @@ def test_cli_halted_lists_a_halted_workspace_and_resume_refuses_an_active_one(cl
     assert "skip job cli-u-1 and resume workspace ws-cli-halted?" in declined.stderr
     assert "not resumed" in declined.stderr
     assert cli.run_json("status", "workspace", "ws-cli-halted")["state"] == "HALTED"
+
+
+def test_cli_resume_of_a_resuming_workspace_repeats_its_resume_and_sends_the_marker(cli: CliHarness):
+    # Given a workspace halted by a DEAD job, a job parked behind it, and a resume (skip) whose transaction succeeded
+    # but whose drain marker was never sent (the API answered 503): RESUMING, and nothing drains it
+    cli.register("ws-cli-repeat")
+    assert cli.enqueue_patch("ws-cli-repeat", "cli-r-1", BAD_PATCH).exit_code == 0
+    assert cli.run("watch", "ws-cli-repeat", "--until-idle", "--interval", "0.2", "--timeout", "90").exit_code == 0
+    assert cli.enqueue_patch("ws-cli-repeat", "cli-r-2").exit_code == 0
+    assert cli.run("watch", "ws-cli-repeat", "--until-idle", "--interval", "0.2", "--timeout", "90").exit_code == 0
+    assert job_item(cli.runtime, "cli-r-2")["status"] == "PARKED"
+    runtime = cli.runtime
+    dynamodb = boto3.client("dynamodb", endpoint_url=runtime.endpoint_url, region_name=runtime.resources.region)
+    begun = JobGuard(dynamodb, runtime.resources.table_name).begin_resume(
+        "ws-cli-repeat", tenant_id=TENANT, halting_job_id="cli-r-1", decision=ResumeDecision.SKIP, operator="alice"
+    )
+    assert begun.outcome is ResumeOutcome.RESUMING
+    shown = cli.run("status", "workspace", "ws-cli-repeat")
+    assert "skip of job cli-r-1 by alice" in shown.stdout
+
+    # When the operator asks for another decision, it is refused before anything is sent
+    other = cli.run("resume", "ws-cli-repeat", "--retry", "--yes")
+    assert other.exit_code == 1
+    assert "without --retry" in other.stderr
+
+    # When the operator resumes the RESUMING workspace without a decision
+    repeated = cli.run("resume", "ws-cli-repeat", "--yes")
+
+    # Then the same resume is repeated: its marker is sent, the parked job runs and the workspace is ACTIVE again
+    assert repeated.exit_code == 0, repeated.output
+    assert "ws-cli-repeat repeated (skip of job cli-r-1): drain marker sent" in repeated.stdout
+    assert cli.run("watch", "ws-cli-repeat", "--until-idle", "--interval", "0.2", "--timeout", "90").exit_code == 0
+    assert cli.run_json("status", "workspace", "ws-cli-repeat")["state"] == "ACTIVE"
+    assert job_item(cli.runtime, "cli-r-2")["status"] == "SUCCEEDED"
+    assert job_item(cli.runtime, "cli-r-1")["status"] == "SKIPPED"
+
+
+def test_cli_resume_shows_the_next_undecided_halting_job(cli: CliHarness):
+    # Given a workspace halted by a DEAD job, then a message rejected while it was halted (the first halt stays)
+    cli.register("ws-cli-twice")
+    assert cli.enqueue_patch("ws-cli-twice", "cli-t-1", BAD_PATCH).exit_code == 0
+    assert cli.run("watch", "ws-cli-twice", "--until-idle", "--interval", "0.2", "--timeout", "90").exit_code == 0
+    runtime = cli.runtime
+    dynamodb = boto3.client("dynamodb", endpoint_url=runtime.endpoint_url, region_name=runtime.resources.region)
+    guard = JobGuard(dynamodb, runtime.resources.table_name)
+    assert guard.reject(
+        message_id="m-t", job_id=None, workspace_id="ws-cli-twice", tenant_id=TENANT, reason="bad", body="{"
+    )
+
+    # When the operator skips the halting job
+    first = cli.run("resume", "ws-cli-twice", "--skip", "--yes")
+
+    # Then the CLI says the workspace is still HALTED by the rejected message and what to run next
+    assert first.exit_code == 0, first.output
+    assert "still HALTED by job msg#m-t" in first.stdout
+    assert "agent-jobs resume ws-cli-twice --retry|--skip" in first.stdout
+    assert cli.run("resume", "ws-cli-twice", "--skip", "--yes").exit_code == 0
+    assert cli.run_json("status", "workspace", "ws-cli-twice")["state"] == "ACTIVE"
 
 
 def test_cli_is_idle_only_without_pending_jobs_or_a_resume():

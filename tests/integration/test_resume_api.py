@@ -205,16 +205,6 @@ def test_list_halted_bad_query_is_422(api: ResumeApi, query: dict[str, str]):
     assert response.status == 422
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "a RESUMING workspace's view has no haltingJobId (the resume removed it) and does not show lastResume, so an"
-        " operator who lost the original request cannot repeat it, and `agent-jobs resume` refuses a RESUMING"
-        " workspace: a resume whose drain marker was never sent stays RESUMING, parking every job, until someone reads"
-        " lastResume from the table. Fix: show lastResume's haltingJobId and decision in the workspace view and let the"
-        " CLI repeat them for a RESUMING workspace (or let the resume route resend the marker of the current resume)."
-    ),
-)
 def test_resume_whose_marker_was_not_sent_can_be_repeated_from_what_the_api_shows(
     api: ResumeApi, monkeypatch: pytest.MonkeyPatch
 ):
@@ -235,8 +225,38 @@ def test_resume_whose_marker_was_not_sent_can_be_repeated_from_what_the_api_show
     # When an operator repeats the resume from what the API shows of the workspace
     (view,) = api.halted().body["workspaces"]
     assert view["state"] == "RESUMING"
-    again = api.resume("ws-a", "retry", str(view.get("haltingJobId")))
+    assert view["haltingJobId"] is None  # the resume cleared the halt; lastResume names the decision under way
+    assert (view["lastResume"]["decision"], view["lastResume"]["haltingJobId"]) == ("retry", "d1")
+    assert view["lastResume"]["by"] == "alice"
+    again = api.resume("ws-a", view["lastResume"]["decision"], view["lastResume"]["haltingJobId"])
 
     # Then the marker is sent
     assert again.status == 202
+    assert [marker.workspace_id for marker in queued_markers(api.stack)] == ["ws-a"]
+
+
+def test_resume_with_another_undecided_halting_job_is_202_halted_by_it_and_sends_no_marker(api: ResumeApi):
+    # Given ws-a halted by d1, p1 parked, and a message rejected while ws-a was halted (first halt wins: d1 stays)
+    halt(api.stack, "d1")
+    park_behind(api.stack, "p1")
+    assert api.stack.guard.reject(
+        message_id="m-x", job_id=None, workspace_id="ws-a", tenant_id="tenant-1", reason="bad", body="{"
+    )
+
+    # When the operator retries d1
+    response = api.resume("ws-a", "retry", "d1")
+
+    # Then d1 is decided, and the answer shows the workspace still HALTED by the rejected message: nothing drains
+    assert response.status == 202
+    assert (response.body["state"], response.body["haltingJobId"]) == ("HALTED", "msg#m-x")
+    assert (response.body["lastResume"]["decision"], response.body["lastResume"]["haltingJobId"]) == ("retry", "d1")
+    assert queued_markers(api.stack) == []
+    assert api.stack.job("d1")["status"] == JobStatus.PARKED
+    # and repeating d1's decision says what to decide next
+    repeated = api.resume("ws-a", "retry", "d1")
+    assert repeated.status == 409
+    assert "decide that job next" in repeated.body["message"]
+    # and once the message is skipped, the resume begins and its marker is sent
+    last = api.resume("ws-a", "skip", "msg#m-x")
+    assert (last.status, last.body["state"]) == (202, "RESUMING")
     assert [marker.workspace_id for marker in queued_markers(api.stack)] == ["ws-a"]

@@ -445,15 +445,6 @@ def test_list_halted_shows_halted_and_resuming_workspaces_of_the_tenant(guard: J
 # ---- a second halt while halted ------------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "first halt wins: a job that ends DEAD while its workspace is already HALTED by another job is recorded nowhere"
-        " on the workspace, so resuming the other job lets the jobs parked behind the DEAD one run (I3). Needs the"
-        " workspace to keep every undecided DEAD/REJECTED job (e.g. a set written with each halt) and begin_resume to"
-        " stay HALTED by the next one of them."
-    ),
-)
 def test_job_dead_while_halted_by_another_job_is_not_passed_by_the_resume(guard: JobGuard, any_stack: Stack):
     # Given b1 running (claimed while ws-a is ACTIVE) when a DLQ redrive parks an earlier job r0 and halts ws-a, then b1
     # fails permanently (DEAD, but ws-a stays halted by r0), and p4 is parked behind b1
@@ -479,3 +470,113 @@ def test_job_dead_while_halted_by_another_job_is_not_passed_by_the_resume(guard:
     # Then p4 never runs while b1, before it, is DEAD and undecided
     assert any_stack.job("b1")["status"] == JobStatus.DEAD
     assert "p4" not in claimed
+
+
+def drain_all(guard: JobGuard, resume_id: str, expected: int) -> list[str]:
+    """Claim, complete and release the parked jobs in order, as the drain does; the jobIds it ran."""
+    ran: list[str] = []
+    for job in guard.list_parked("ws-a", after_seq=None, expected=expected) or []:
+        drained = guard.claim_parked(job, resume_id=resume_id, remaining_ms=60_000)
+        if drained.lease is None:
+            break
+        ran.append(str(job["jobId"]))
+        assert guard.complete(drained.lease, {})
+        assert guard.release_drain("ws-a", drained.lease.job_id, drained_seq=drained.lease.parked_seq)
+    return ran
+
+
+def test_resume_decides_each_undecided_halting_job_in_turn_then_drains_in_order(guard: JobGuard, any_stack: Stack):
+    # Given ws-a halted by r0 (redriven, parked), then b1 DEAD and a message rejected while it was halted, p4 parked
+    b1 = make_message("b1")
+    claim = guard.claim(b1, message_id="m-b1", sequence_number="300", remaining_ms=60_000)
+    assert claim.lease is not None
+    park(guard, "r0", "100", halt=True)
+    assert guard.fail(claim.lease, "patch does not apply", permanent=True, body=body_of(b1)) is FailOutcome.DEAD
+    assert guard.reject(message_id="m-x", job_id=None, workspace_id="ws-a", tenant_id="tenant-1", reason="x", body="")
+    park(guard, "p4", "400")
+    assert any_stack.workspace("ws-a")["undecidedJobIds"] == {"r0", "b1", "msg#m-x"}
+
+    # When the operator retries r0: decided, and the workspace stays HALTED by the earliest undecided job, b1
+    first = resume(guard, "r0", RETRY)
+    assert first.outcome is ResumeOutcome.DECIDED
+    assert first.resume_id is None
+    assert "'b1'" in first.reason
+    workspace = any_stack.workspace("ws-a")
+    assert (workspace["state"], workspace["haltingJobId"]) == (WorkspaceState.HALTED, "b1")
+    assert "DEAD" in workspace["haltReason"]
+    assert workspace["haltedTenant"] == "tenant-1"  # still listed as halted
+    assert workspace["undecidedJobIds"] == {"b1", "msg#m-x"}
+    # and repeating r0's decision is refused with what to decide next
+    again = resume(guard, "r0", RETRY)
+    assert again.outcome is ResumeOutcome.HALTING_JOB_CHANGED
+    assert "decide that job next" in again.reason
+
+    # When b1 is retried, then the rejected message skipped
+    assert resume(guard, "b1", RETRY).outcome is ResumeOutcome.DECIDED
+    assert any_stack.workspace("ws-a")["haltingJobId"] == "msg#m-x"
+    last = resume(guard, "msg#m-x", SKIP)
+
+    # Then the workspace is RESUMING with nothing undecided and the drain runs r0, b1, p4 in queue order
+    assert last.outcome is ResumeOutcome.RESUMING
+    workspace = any_stack.workspace("ws-a")
+    assert "undecidedJobIds" not in workspace
+    assert workspace["parkedCount"] == 3
+    assert drain_all(guard, str(last.resume_id), expected=3) == ["r0", "b1", "p4"]
+    assert guard.activate("ws-a", str(last.resume_id))
+
+
+def test_halt_landing_between_the_resume_read_and_write_keeps_the_workspace_halted(
+    guard: JobGuard, any_stack: Stack, monkeypatch: pytest.MonkeyPatch
+):
+    # Given ws-a halted by d1 with p2 parked, and b3 (claimed while ACTIVE) failing permanently just after the resume
+    # read the workspace
+    b3 = make_message("b3")
+    claim = guard.claim(b3, message_id="m-b3", sequence_number="300", remaining_ms=60_000)
+    assert claim.lease is not None
+    dead(guard, "d1", "100")
+    park(guard, "p2", "200")
+    read = guard.get_workspace
+
+    def read_then_halt(workspace_id: str) -> Any:
+        workspace = read(workspace_id)
+        if claim.lease is not None and any_stack.job("b3")["status"] == JobStatus.IN_FLIGHT:
+            assert guard.fail(claim.lease, "no", permanent=True, body=body_of(b3)) is FailOutcome.DEAD
+        return workspace
+
+    monkeypatch.setattr(guard, "get_workspace", read_then_halt)
+
+    # When the operator skips d1
+    result = resume(guard, "d1", SKIP)
+
+    # Then the decision is made but the workspace stays HALTED by b3: p2 does not drain past it
+    assert result.outcome is ResumeOutcome.DECIDED
+    workspace = any_stack.workspace("ws-a")
+    assert (workspace["state"], workspace["haltingJobId"]) == (WorkspaceState.HALTED, "b3")
+    assert any_stack.job("d1")["status"] == JobStatus.SKIPPED
+
+
+def test_claim_parked_and_activate_refuse_while_a_halting_job_is_undecided(guard: JobGuard, any_stack: Stack):
+    # Given a RESUMING workspace whose item also names an undecided halting job (a write no resume makes)
+    resume_id = resuming(guard)
+    any_stack.services.dynamodb.update_item(
+        TableName=any_stack.table_name,
+        Key={"pk": {"S": "ws#ws-a"}},
+        UpdateExpression="ADD undecidedJobIds :u",
+        ExpressionAttributeValues={":u": {"SS": ["b9"]}},
+    )
+    (job,) = guard.list_parked("ws-a", after_seq=None, expected=1) or []
+    assert guard.claim_parked(job, resume_id=resume_id, remaining_ms=60_000).outcome is ClaimOutcome.WORKSPACE_HALTED
+    assert any_stack.job("d1")["status"] == JobStatus.PARKED
+    assert any_stack.workspace("ws-a")["parkedCount"] == 1
+    # and with nothing parked, the workspace is not made ACTIVE until the set is gone
+    any_stack.services.dynamodb.update_item(
+        TableName=any_stack.table_name,
+        Key={"pk": {"S": "ws#ws-a"}},
+        UpdateExpression="SET parkedCount = :zero",
+        ExpressionAttributeValues={":zero": {"N": "0"}},
+    )
+    assert not guard.activate("ws-a", resume_id)
+    any_stack.services.dynamodb.update_item(
+        TableName=any_stack.table_name, Key={"pk": {"S": "ws#ws-a"}}, UpdateExpression="REMOVE undecidedJobIds"
+    )
+    assert guard.activate("ws-a", resume_id)

@@ -395,8 +395,8 @@ def test_drain_never_passes_a_drained_job_left_dead_under_another_halt(stack, wo
     assert stack.guard.fail(claim.lease, "patch does not apply", permanent=True, body="{}") is FailOutcome.DEAD
     assert stack.workspace("ws-a")["haltingJobId"] == "r0"
 
-    # When the operator skips r0 and the worker drains
-    assert resume(stack, "r0", SKIP).outcome == "RESUMING"
+    # When the operator skips r0 (d1 is undecided too: the workspace stays HALTED by it) and the worker runs
+    assert resume(stack, "r0", SKIP).outcome == "DECIDED"
     run_until_empty(stack, worker, lambda_context)
 
     # Then nothing behind d1 took effect while d1 is DEAD (I3): the workspace is halted by d1 for a decision

@@ -169,7 +169,7 @@ def test_worker_rejection_never_takes_a_dimension_value_from_the_message(
     assert rejected.dimensions[JOB_TYPE_DIMENSION] == UNKNOWN_JOB_TYPE
 
 
-def test_worker_counts_a_halt_for_parking_on_a_last_delivery_but_not_for_parking_behind_a_halt(
+def test_worker_counts_a_halt_for_parking_on_a_last_delivery_once_per_halt(
     stack, worker, hooks, lambda_context, capsys
 ) -> None:
     # Given two apply_patch jobs of ws-f delivered for the last time before the queue's redrive, the first failing
@@ -183,13 +183,14 @@ def test_worker_counts_a_halt_for_parking_on_a_last_delivery_but_not_for_parking
     # When the batch fails at park-1
     stack.settle(event, worker.handle(event, lambda_context()))
 
-    # Then both are parked with their type, and each park that halted the workspace is counted as a halt
+    # Then both are parked with their type; the first park halted the workspace (one halt counted), the second
+    # parked behind that halt without halting it again
     assert stack.workspace("ws-f")["state"] == WorkspaceState.HALTED
     metrics = emitted_metrics(capsys.readouterr().out)
     assert [m.dimensions for m in named(metrics, "JobsParked")] == [
         {JOB_TYPE_DIMENSION: "apply_patch", "service": SERVICE}
     ] * 2
-    assert len(named(metrics, WORKSPACES_HALTED)) == 2
+    assert len(named(metrics, WORKSPACES_HALTED)) == 1
 
     # And when a later job of the halted workspace arrives, it is parked without a new halt
     enqueue(stack, make_job("park-3", "ws-f"))

@@ -117,6 +117,9 @@ class ResumeOutcome(StrEnum):
     RESUMING = "RESUMING"  # decided; send the drain marker (resume_id) into the workspace's group
     ACTIVE = "ACTIVE"  # decided, and nothing was parked: the workspace runs its jobs again at once
     ALREADY_RESUMING = "ALREADY_RESUMING"  # the same resume was begun before: send its drain marker again (idempotent)
+    # Decided; another job halted the workspace while it was halted and is undecided: the workspace stays HALTED with
+    # that job as its haltingJobId (decide it next). Nothing drains until every halting job is decided.
+    DECIDED = "DECIDED"
     NOT_FOUND = "NOT_FOUND"  # no workspace item, or one no tenant owns
     OTHER_TENANT = "OTHER_TENANT"  # the workspace belongs to another tenant
     NOT_HALTED = "NOT_HALTED"  # ACTIVE, or RESUMING from another decision
@@ -133,7 +136,12 @@ class ResumeResult:
 
     @property
     def begun(self) -> bool:
-        return self.outcome in (ResumeOutcome.RESUMING, ResumeOutcome.ACTIVE, ResumeOutcome.ALREADY_RESUMING)
+        return self.outcome in (
+            ResumeOutcome.RESUMING,
+            ResumeOutcome.ACTIVE,
+            ResumeOutcome.ALREADY_RESUMING,
+            ResumeOutcome.DECIDED,
+        )
 
 
 @dataclass(frozen=True)
@@ -800,7 +808,8 @@ class JobGuard:
     # A workspace item carries, besides its halt fields: `parkedCount` (a strongly consistent count of its PARKED jobs,
     # changed in the same transaction as each park and each job leaving PARKED), `resumeId` (while RESUMING),
     # `drainingJobId` (the job a drain claimed and has not finished yet), `lastDrainedSeq` (the parked sequence of the
-    # last job a drain finished or a resume skipped) and `lastResume` (the operator's last decision). A PARKED job
+    # last job a drain finished or a resume skipped), `lastResume` (the operator's last decision) and `undecidedJobIds`
+    # (a string set of every halting job no resume decided yet; DynamoDB drops it when empty). A PARKED job
     # carries `parkedWorkspace` and `parkedSeq`, the keys of the sparse parked index; a halted workspace carries
     # `haltedTenant`, the key of the sparse halted index. Index reads are eventually consistent: the drain trusts them
     # only when they agree with `parkedCount`.
@@ -821,8 +830,10 @@ class JobGuard:
         SequenceNumber); a PARKED one stays PARKED (attempts reset); a REJECTED message, or a DEAD job without a stored
         body, cannot run again (RETRY_REFUSED). A halting job without a record (the workspace was halted without one)
         needs no change. One transaction writes the job and the workspace, conditional on the workspace still being
-        HALTED by `halting_job_id` (what the operator saw): RESUMING with a fresh resumeId (send a drain marker), or
-        ACTIVE at once when nothing is parked.
+        HALTED by `halting_job_id` (what the operator saw), and removes the job from `undecidedJobIds`: when other
+        halting jobs are left there (they halted the workspace while it was halted), the workspace stays HALTED by the
+        earliest of them (DECIDED: decide that one next); otherwise RESUMING with a fresh resumeId (send a drain
+        marker), or ACTIVE at once when nothing is parked.
         """
         for _ in range(3):  # a park landing between the read and the write changes parkedCount: read again
             workspace = self.get_workspace(workspace_id)
@@ -845,12 +856,19 @@ class JobGuard:
                     reason=f"workspace '{workspace_id}' is {state}, not HALTED; nothing to resume",
                 )
             if workspace.get("haltingJobId") != halting_job_id:
+                current = workspace.get("haltingJobId")
+                decided = last.get("haltingJobId") == halting_job_id and halting_job_id not in (
+                    workspace.get("undecidedJobIds") or ()
+                )
                 return ResumeResult(
                     ResumeOutcome.HALTING_JOB_CHANGED,
                     workspace,
                     reason=(
-                        f"workspace '{workspace_id}' is halted by '{workspace.get('haltingJobId')}', not"
-                        f" '{halting_job_id}'; read the workspace again and decide for its halting job"
+                        f"'{halting_job_id}' is decided ({last.get('decision')}); workspace '{workspace_id}' is still"
+                        f" halted by '{current}': decide that job next"
+                        if decided
+                        else f"workspace '{workspace_id}' is halted by '{current}', not '{halting_job_id}'; read the"
+                        " workspace again and decide for its halting job"
                     ),
                 )
             result = self._try_resume(workspace, halting_job_id, decision, operator)
@@ -872,21 +890,10 @@ class JobGuard:
         raw = self._client.get_item(TableName=self._table, Key=_wire({"pk": pk}), ConsistentRead=True).get("Item")
         job = to_item(raw) if raw else None
         status = (job or {}).get("status")
-        if decision is ResumeDecision.RETRY and (pk.startswith("msg#") or status == JobStatus.REJECTED):
-            return ResumeResult(
-                ResumeOutcome.RETRY_REFUSED,
-                workspace,
-                reason=f"'{halting_job_id}' is a rejected message and cannot run; resume with decision 'skip'",
-            )
-        if decision is ResumeDecision.RETRY and status == JobStatus.DEAD and not (job or {}).get("body"):
-            return ResumeResult(
-                ResumeOutcome.RETRY_REFUSED,
-                workspace,
-                reason=(
-                    f"job '{halting_job_id}' has no stored message to run again; resume with decision 'skip' and"
-                    " submit the job again under a new jobId"
-                ),
-            )
+        if decision is ResumeDecision.RETRY:
+            refusal = self._retry_refusal(workspace, halting_job_id, pk, job)
+            if refusal is not None:
+                return refusal
         items: list[TransactWriteItemTypeDef] = []
         parked_delta, drained_seq = 0, None
         if job is not None and status in (JobStatus.DEAD, JobStatus.REJECTED, JobStatus.PARKED):
@@ -895,10 +902,15 @@ class JobGuard:
             )
             items.append(update)
         count = int(workspace.get("parkedCount", 0))
-        activate = count + parked_delta <= 0 and not workspace.get("drainingJobId")
+        # Other jobs that halted the workspace while it was halted (first halt wins) are still undecided: the workspace
+        # stays HALTED by the next of them, and nothing drains until the operator decided each one.
+        undecided = {str(job_id) for job_id in workspace.get("undecidedJobIds") or ()} - {halting_job_id}
+        next_halt = self._next_undecided(undecided) if undecided else None
+        activate = next_halt is None and count + parked_delta <= 0 and not workspace.get("drainingJobId")
         ws_values: dict[str, Any] = {
             ":halted": str(WorkspaceState.HALTED),
             ":seen": halting_job_id,
+            ":decided": {halting_job_id},
             ":now": now,
             ":last": {
                 "resumeId": resume_id,
@@ -910,8 +922,80 @@ class JobGuard:
                 "at": now,
             },
         }
+        expression, condition, removed = self._resume_target(
+            ws_values,
+            next_halt=next_halt,
+            activate=activate,
+            count=count,
+            parked_delta=parked_delta,
+            resume_id=resume_id,
+        )
+        if drained_seq is not None and drained_seq > str(workspace.get("lastDrainedSeq", "")):
+            ws_values[":dseq"] = drained_seq
+            expression = expression.replace(", updatedAt = :now", ", updatedAt = :now, lastDrainedSeq = :dseq", 1)
+        items.append(
+            {
+                "Update": {
+                    "TableName": self._table,
+                    "Key": _wire({"pk": workspace_key(workspace_id)}),
+                    "UpdateExpression": (
+                        expression
+                        + " DELETE undecidedJobIds :decided"
+                        + (" REMOVE " + ", ".join(removed) if removed else "")
+                    ),
+                    "ConditionExpression": condition,
+                    "ExpressionAttributeNames": {"#state": "state"},
+                    "ExpressionAttributeValues": _wire(ws_values),
+                }
+            }
+        )
+        if not self._transact(items):
+            return None
+        after = self.get_workspace(workspace_id)
+        if next_halt is not None:
+            return ResumeResult(
+                ResumeOutcome.DECIDED,
+                after,
+                reason=(
+                    f"'{halting_job_id}' decided ({decision}); workspace '{workspace_id}' stays HALTED by"
+                    f" '{next_halt[0]}', which halted it meanwhile: decide that job next"
+                ),
+            )
+        if activate:
+            return ResumeResult(ResumeOutcome.ACTIVE, after, resume_id=resume_id)
+        return ResumeResult(ResumeOutcome.RESUMING, after, resume_id=resume_id)
+
+    @staticmethod
+    def _resume_target(
+        ws_values: dict[str, Any],
+        *,
+        next_halt: tuple[str, str] | None,
+        activate: bool,
+        count: int,
+        parked_delta: int,
+        resume_id: str,
+    ) -> tuple[str, str, list[str]]:
+        """The workspace's SET/ADD clauses, condition and removed attributes for a resume decision (values are added
+        to `ws_values`): HALTED by the next undecided job, ACTIVE at once, or RESUMING."""
         condition = "#state = :halted AND haltingJobId = :seen"
         removed = ["haltingJobId", "haltReason", "haltedAt"]
+        if next_halt is not None:
+            # Still HALTED (and listed as halted), now by the next undecided job; a halt landing meanwhile stays in the
+            # set. The parked count changes with the decided job.
+            ws_values.update({":next": next_halt[0], ":nreason": next_halt[1][:1000]})
+            condition += " AND contains(undecidedJobIds, :next)"
+            expression = "SET haltingJobId = :next, haltReason = :nreason, updatedAt = :now, lastResume = :last"
+            removed = []
+            if parked_delta:
+                ws_values[":pdelta"] = parked_delta
+                expression += " ADD parkedCount :pdelta"
+            return expression, condition, removed
+        # The decided job was the last undecided one: a halt that joined the set since the read fails this.
+        ws_values[":one"] = 1
+        condition += (
+            " AND (attribute_not_exists(undecidedJobIds)"
+            " OR (size(undecidedJobIds) = :one AND contains(undecidedJobIds, :seen)))"
+        )
         if activate:
             ws_values.update({":active": str(WorkspaceState.ACTIVE), ":count": count, ":zero": 0})
             condition += " AND (attribute_not_exists(parkedCount) OR parkedCount = :count)"
@@ -924,27 +1008,48 @@ class JobGuard:
             if parked_delta:
                 ws_values[":pdelta"] = parked_delta
                 expression += " ADD parkedCount :pdelta"
-        if drained_seq is not None and drained_seq > str(workspace.get("lastDrainedSeq", "")):
-            ws_values[":dseq"] = drained_seq
-            expression = expression.replace(", updatedAt = :now", ", updatedAt = :now, lastDrainedSeq = :dseq", 1)
-        items.append(
-            {
-                "Update": {
-                    "TableName": self._table,
-                    "Key": _wire({"pk": workspace_key(workspace_id)}),
-                    "UpdateExpression": expression + " REMOVE " + ", ".join(removed),
-                    "ConditionExpression": condition,
-                    "ExpressionAttributeNames": {"#state": "state"},
-                    "ExpressionAttributeValues": _wire(ws_values),
-                }
-            }
-        )
-        if not self._transact(items):
-            return None
-        after = self.get_workspace(workspace_id)
-        if activate:
-            return ResumeResult(ResumeOutcome.ACTIVE, after, resume_id=resume_id)
-        return ResumeResult(ResumeOutcome.RESUMING, after, resume_id=resume_id)
+        return expression, condition, removed
+
+    @staticmethod
+    def _retry_refusal(workspace: Item, halting_job_id: str, pk: str, job: Item | None) -> ResumeResult | None:
+        """RETRY_REFUSED when the halting job cannot run again (a rejected message, a DEAD job without its body)."""
+        status = (job or {}).get("status")
+        if pk.startswith("msg#") or status == JobStatus.REJECTED:
+            return ResumeResult(
+                ResumeOutcome.RETRY_REFUSED,
+                workspace,
+                reason=f"'{halting_job_id}' is a rejected message and cannot run; resume with decision 'skip'",
+            )
+        if status == JobStatus.DEAD and not (job or {}).get("body"):
+            return ResumeResult(
+                ResumeOutcome.RETRY_REFUSED,
+                workspace,
+                reason=(
+                    f"job '{halting_job_id}' has no stored message to run again; resume with decision 'skip' and"
+                    " submit the job again under a new jobId"
+                ),
+            )
+        return None
+
+    def _next_undecided(self, job_ids: set[str]) -> tuple[str, str]:
+        """The undecided halting job the operator decides next, and its halt reason: the earliest in queue order (its
+        record's SequenceNumber; a job without a record last), read consistently from the job records."""
+        candidates: list[tuple[tuple[int, str, str], str, str]] = []
+        for job_id in job_ids:
+            pk = job_id if job_id.startswith("msg#") else job_key(job_id)
+            raw = self._client.get_item(TableName=self._table, Key=_wire({"pk": pk}), ConsistentRead=True).get("Item")
+            job = to_item(raw) if raw else {}
+            if job:
+                status = job.get("status")
+                detail = job.get("error") or job.get("parkedReason") or "no recorded reason"
+                reason = f"job {job_id} is {status}: {detail}"
+                order = (0, parked_sequence(job.get("sequenceNumber"), int(job.get("acceptedAt", 0))), job_id)
+            else:
+                reason = f"halted by {job_id} (no job record)"
+                order = (1, "", job_id)
+            candidates.append((order, job_id, reason))
+        _, job_id, reason = min(candidates)
+        return job_id, reason
 
     def _decide_halting_job(
         self,
@@ -1055,8 +1160,8 @@ class JobGuard:
 
     def claim_parked(self, job: Item, *, resume_id: str, remaining_ms: int, reclaim: bool = False) -> ClaimResult:
         """Claim a PARKED job for the drain of resume `resume_id`: one transaction of the job (PARKED → IN_FLIGHT,
-        out of the parked index) and its workspace (RESUMING with this resumeId, no other drained job unfinished;
-        `parkedCount` - 1, `drainingJobId` = the job).
+        out of the parked index) and its workspace (RESUMING with this resumeId, no other drained job unfinished, no
+        halting job undecided; `parkedCount` - 1, `drainingJobId` = the job).
 
         With `reclaim`, the job is the workspace's `drainingJobId`, left IN_FLIGHT by a drain that never came back: it
         is claimed again once its lease expired, if it has attempts left (else DEAD and the workspace HALTED:
@@ -1107,12 +1212,19 @@ class JobGuard:
             ":jid": job_id,
             ":now": now,
         }
+        # No drained job may pass a halting job that is still undecided (I3), whatever the state says.
         if reclaim:
-            ws_condition = "#state = :resuming AND resumeId = :rid AND drainingJobId = :jid"
+            ws_condition = (
+                "#state = :resuming AND resumeId = :rid AND drainingJobId = :jid"
+                " AND attribute_not_exists(undecidedJobIds)"
+            )
             ws_expression = "SET updatedAt = :now"
         else:
             ws_values[":minus"] = -1
-            ws_condition = "#state = :resuming AND resumeId = :rid AND attribute_not_exists(drainingJobId)"
+            ws_condition = (
+                "#state = :resuming AND resumeId = :rid AND attribute_not_exists(drainingJobId)"
+                " AND attribute_not_exists(undecidedJobIds)"
+            )
             ws_expression = "SET drainingJobId = :jid, updatedAt = :now ADD parkedCount :minus"
         workspace_update: TransactWriteItemTypeDef = {
             "Update": {
@@ -1184,9 +1296,9 @@ class JobGuard:
         )
 
     def activate(self, workspace_id: str, resume_id: str) -> bool:
-        """RESUMING → ACTIVE, only if this resume is still the current one, nothing is parked (`parkedCount` = 0) and
-        no drained job is unfinished. Out of the halted index. False otherwise (come back later, or the marker is
-        stale)."""
+        """RESUMING → ACTIVE, only if this resume is still the current one, nothing is parked (`parkedCount` = 0), no
+        drained job is unfinished and no halting job is undecided (`undecidedJobIds` absent: DynamoDB drops an empty
+        set). Out of the halted index. False otherwise (come back later, or the marker is stale)."""
         return self._transact(
             [
                 {
@@ -1199,7 +1311,7 @@ class JobGuard:
                         "ConditionExpression": (
                             "#state = :resuming AND resumeId = :rid"
                             " AND (attribute_not_exists(parkedCount) OR parkedCount = :zero)"
-                            " AND attribute_not_exists(drainingJobId)"
+                            " AND attribute_not_exists(drainingJobId) AND attribute_not_exists(undecidedJobIds)"
                         ),
                         "ExpressionAttributeNames": {"#state": "state"},
                         "ExpressionAttributeValues": _wire(
@@ -1456,13 +1568,16 @@ class JobGuard:
     def _halt_workspace(
         self, workspace_id: str, tenant_id: str | None, job_id: str, reason: str, now: int, *, parked_delta: int = 0
     ) -> TransactWriteItemTypeDef:
-        # The first halt wins: a workspace already halted keeps the job and reason that halted it first.
+        # The first halt wins: a workspace already halted keeps the job and reason that halted it first. Every halting
+        # job joins `undecidedJobIds` in the same write, so a job that halts an already halted workspace is not lost:
+        # a resume decides one of them at a time and drains nothing while any is left (I3).
         values: dict[str, Any] = {
             ":halted": str(WorkspaceState.HALTED),
             ":wid": workspace_id,
             ":jid": job_id,
             ":reason": reason[:1000],
             ":now": now,
+            ":undecided": {job_id},
         }
         set_clauses = [
             "#state = :halted",
@@ -1478,10 +1593,10 @@ class JobGuard:
             # The sparse "halted workspaces by tenant" index; the owner is the registered tenant if there is one.
             set_clauses.append("haltedTenant = if_not_exists(tenantId, :tid)")
         # A halt during a resume ends that resume: its drain markers become stale.
-        expression = "SET " + ", ".join(set_clauses)
+        expression = "SET " + ", ".join(set_clauses) + " ADD undecidedJobIds :undecided"
         if parked_delta:
             values[":pdelta"] = parked_delta
-            expression += " ADD parkedCount :pdelta"
+            expression += ", parkedCount :pdelta"
         return {
             "Update": {
                 "TableName": self._table,

@@ -61,6 +61,8 @@ class WorkspaceStatus:
     state: WorkspaceState
     halting_job_id: str | None
     halt_reason: str | None
+    # The operator's last resume decision (decision, haltingJobId, at, by); while RESUMING, the resume under way.
+    last_resume: dict[str, Any] | None = None
 
 
 class WorkspaceRegistry:
@@ -162,4 +164,17 @@ def workspace_status(workspace_id: str, item: Item) -> WorkspaceStatus:
         state=WorkspaceState(state) if state in set(WorkspaceState) else WorkspaceState.ACTIVE,
         halting_job_id=item.get("haltingJobId"),
         halt_reason=item.get("haltReason"),
+        last_resume=_public_last_resume(item.get("lastResume")),
     )
+
+
+def _public_last_resume(value: Any) -> dict[str, Any] | None:
+    """What an owner may see of the last resume: the decision, the job it decided, when and by whom."""
+    if not isinstance(value, dict) or not value.get("decision") or not value.get("haltingJobId"):
+        return None
+    return {
+        "decision": str(value["decision"]),
+        "haltingJobId": str(value["haltingJobId"]),
+        "at": int(value["at"]) if value.get("at") is not None else None,
+        "by": str(value["by"]) if value.get("by") else None,
+    }
