@@ -10,16 +10,21 @@ from __future__ import annotations
 import argparse
 import datetime
 import importlib
+import importlib.util
+import json
 import os
 import platform
+import subprocess
 import sys
+import tempfile
 import time
 import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
-from agent_jobs_bench.figures import Figure
+from agent_jobs_bench.figures import Comparison, Figure, Goal
 
 REPO = Path(__file__).resolve().parent.parent
 # Like sam local: the layer's package (as at /opt/python) and the worker's code (as at /var/task) are importable.
@@ -51,11 +56,37 @@ class Section:
 Runner = Callable[[bool], list[Figure]]
 
 
-def load(name: str) -> Runner:
+def load_in_process(name: str) -> Runner:
     """The `run` function of benchmark module `name` (ImportError when the module is not there)."""
     module = importlib.import_module(f"agent_jobs_bench.{name}")
     runner: Runner = module.run
     return runner
+
+
+def load(name: str) -> Runner:
+    """`run` of benchmark module `name`, run in a fresh interpreter: what one benchmark imports and sets (the handler
+    modules, their Powertools objects built from the environment of that moment, environment variables) cannot leak
+    into the next, as it cannot between Lambda execution environments."""
+    if importlib.util.find_spec(f"agent_jobs_bench.{name}") is None:
+        raise ModuleNotFoundError(f"No module named 'agent_jobs_bench.{name}'")
+
+    def run_isolated(quick: bool) -> list[Figure]:
+        with tempfile.TemporaryDirectory() as folder:
+            output = Path(folder) / "figures.json"
+            command = [sys.executable, "-m", "agent_jobs_bench", "--figures-json", str(output), "--only", name]
+            completed = subprocess.run([*command, *(["--quick"] if quick else [])], cwd=REPO, check=False)
+            if not output.exists():
+                raise RuntimeError(f"{' '.join(command)} ended with status {completed.returncode} and no figures")
+            return [figure_from_json(document) for document in json.loads(output.read_text())]
+
+    return run_isolated
+
+
+def figure_from_json(document: dict[str, Any]) -> Figure:
+    goal = document.get("goal")
+    if goal is not None:
+        goal = Goal(value=goal["value"], comparison=Comparison(goal["comparison"]), text=goal["text"])
+    return Figure(**{**document, "goal": goal})
 
 
 def run_section(name: str, quick: bool, loader: Callable[[str], Runner] = load) -> Section:
@@ -196,8 +227,14 @@ def main(argv: Sequence[str] | None = None, loader: Callable[[str], Runner] = lo
     parser.add_argument("--quick", action="store_true", help="smaller runs (tests, CI smoke)")
     parser.add_argument("--only", nargs="+", choices=list(BENCHMARKS), metavar="NAME", help=", ".join(BENCHMARKS))
     parser.add_argument("--output", type=Path, help=f"write the report there (e.g. {DEFAULT_OUTPUT})")
+    parser.add_argument("--figures-json", type=Path, help=argparse.SUPPRESS)  # one benchmark, for `load`
     args = parser.parse_args(argv)
     names = [name for name in BENCHMARKS if not args.only or name in args.only]
+    if args.figures_json is not None:
+        (name,) = names
+        figures = load_in_process(name)(args.quick)
+        args.figures_json.write_text(json.dumps([asdict(figure) for figure in figures]))
+        return 0
     sections = []
     for name in names:
         print(f"running {name} ...", file=sys.stderr, flush=True)
