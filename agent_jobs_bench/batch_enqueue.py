@@ -20,8 +20,7 @@ import sys
 import time
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,6 +39,7 @@ from agent_jobs.producer import MAX_BATCH_JOBS, enqueue_job, enqueue_jobs  # noq
 from agent_jobs.services import Services, build_services  # noqa: E402
 from agent_jobs.settings import Settings  # noqa: E402
 from agent_jobs_bench.figures import Comparison, Figure, Goal  # noqa: E402
+from agent_jobs_bench.stack import _endpoint  # noqa: E402
 from agent_jobs_local.emulator import Emulator  # noqa: E402
 from agent_jobs_local.template import AwsClients, TemplateModel, load_template, provision  # noqa: E402
 
@@ -137,19 +137,6 @@ class _Stack:
     services: Services
     model: TemplateModel
     references: Mapping[str, Mapping[str, str]]
-
-
-@contextmanager
-def _endpoint(endpoint_url: str) -> Iterator[None]:
-    previous = os.environ.get("AWS_ENDPOINT_URL")
-    os.environ["AWS_ENDPOINT_URL"] = endpoint_url
-    try:
-        yield
-    finally:
-        if previous is None:
-            os.environ.pop("AWS_ENDPOINT_URL", None)
-        else:
-            os.environ["AWS_ENDPOINT_URL"] = previous
 
 
 def _provision(endpoint_url: str) -> _Stack:

@@ -229,21 +229,7 @@ class JobGuard:
         the same job already sent (nothing is sent again); the same job recorded but unsent is sent (UNSENT) only
         while its workspace is still the tenant's own.
         """
-        now = self._clock()
-        item = {
-            "pk": job_key(message.job_id),
-            "jobId": message.job_id,
-            "workspaceId": message.workspace_id,
-            "tenantId": message.tenant_id,
-            "type": str(message.type),
-            "payloadHash": message.payload_hash,
-            "status": str(JobStatus.QUEUED),
-            "attempt": 0,
-            "acceptedAt": now,
-            "updatedAt": now,
-            "ttl": self._ttl(now),
-            "history": [{"status": str(JobStatus.QUEUED), "at": now}],
-        }
+        item = self._queued_item(message, self._clock())
         put_job: TransactWriteItemTypeDef = {
             "Put": {
                 "TableName": self._table,
@@ -396,7 +382,7 @@ class JobGuard:
                 self.record_sent(job_id, message_id, sequence_number)
 
     def _queued_item(self, message: JobMessage, now: int) -> Item:
-        # The same record `record_accepted` writes.
+        """The QUEUED record of an accepted job (`record_accepted`, `record_accepted_batch`)."""
         return {
             "pk": job_key(message.job_id),
             "jobId": message.job_id,
