@@ -538,23 +538,42 @@ _NEXT_TOKEN_MAX_CHARS: Final = 2048
 _NEXT_TOKEN_CHARS: Final = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
 
 
-def page_limit(raw: str | None) -> int:
-    """The `limit` query parameter: 1..100, 25 when absent; otherwise a 422 naming the rule."""
+def page_limit(raw: str | None, *, default: int = PAGE_LIMIT_DEFAULT, maximum: int = PAGE_LIMIT_MAX) -> int:
+    """The `limit` query parameter of a listing: 1..maximum, `default` when absent; otherwise a 422 naming the rule
+    (checked as ASCII digits before it is read as a number: `int` refuses some Unicode digits and very long numbers
+    with an error)."""
     if raw is None or raw == "":
-        return PAGE_LIMIT_DEFAULT
-    if not (raw.isascii() and raw.isdigit() and len(raw) <= 3 and 1 <= int(raw) <= PAGE_LIMIT_MAX):
+        return default
+    if not (raw.isascii() and raw.isdigit() and len(raw) <= 3 and 1 <= int(raw) <= maximum):
         raise RequestRefused(
             HTTPStatus.UNPROCESSABLE_ENTITY,
             "the limit query parameter is invalid",
             [
                 {
                     "field": "limit",
-                    "message": f"limit is a whole number from 1 to {PAGE_LIMIT_MAX} "
-                    f"(default {PAGE_LIMIT_DEFAULT}); got '{raw[:20]}'",
+                    "message": f"limit is a whole number from 1 to {maximum} (default {default}); got '{raw[:20]}'",
                 }
             ],
         )
     return int(raw)
+
+
+def page_query_parameters(items: str, *, default: int, maximum: int) -> list[dict[str, Any]]:
+    """The OpenAPI description of a listing's `limit` and `nextToken` query parameters."""
+    return [
+        {
+            "name": "limit",
+            "required": False,
+            "description": f"{items} per page, 1 to {maximum}.",
+            "schema": {"type": "integer", "minimum": 1, "maximum": maximum, "default": default},
+        },
+        {
+            "name": "nextToken",
+            "required": False,
+            "description": "The previous page's nextToken (opaque); leave it out for the first page.",
+            "schema": {"type": "string"},
+        },
+    ]
 
 
 def encode_next_token(workspace_id: str, key: Mapping[str, Any]) -> str:
@@ -1060,18 +1079,7 @@ def read_workspace(workspace_id: str) -> Response[Any]:
     summary="Read a workspace's timeline: its jobs, oldest accepted first, a page at a time",
     responses=answers({200: ("A page of the timeline.", JobTimelineView)}, (400, 401, 403, 404, 422, 503)),
     openapi_extensions=query_parameters(
-        {
-            "name": "limit",
-            "required": False,
-            "description": f"Jobs per page, 1 to {PAGE_LIMIT_MAX}.",
-            "schema": {"type": "integer", "minimum": 1, "maximum": PAGE_LIMIT_MAX, "default": PAGE_LIMIT_DEFAULT},
-        },
-        {
-            "name": "nextToken",
-            "required": False,
-            "description": "The previous page's nextToken (opaque); leave it out for the first page.",
-            "schema": {"type": "string"},
-        },
+        *page_query_parameters("Jobs", default=PAGE_LIMIT_DEFAULT, maximum=PAGE_LIMIT_MAX)
     ),
 )
 @tracer.capture_method(capture_response=False)
@@ -1236,18 +1244,7 @@ def resume(workspace_id: str) -> Response[Any]:
             "description": "HALTED: the workspaces halted or resuming (the only state listed).",
             "schema": {"type": "string", "enum": [str(WorkspaceState.HALTED)]},
         },
-        {
-            "name": "limit",
-            "required": False,
-            "description": f"Workspaces per page, 1 to {HALTED_LIST_MAX}.",
-            "schema": {"type": "integer", "minimum": 1, "maximum": HALTED_LIST_MAX, "default": HALTED_LIST_DEFAULT},
-        },
-        {
-            "name": "nextToken",
-            "required": False,
-            "description": "The previous page's nextToken (opaque); leave it out for the first page.",
-            "schema": {"type": "string"},
-        },
+        *page_query_parameters("Workspaces", default=HALTED_LIST_DEFAULT, maximum=HALTED_LIST_MAX),
     ),
 )
 @tracer.capture_method(capture_response=False)
@@ -1261,7 +1258,7 @@ def list_halted_workspaces() -> Response[Any]:
             "list workspaces with GET /workspaces?state=HALTED (halted and resuming workspaces)",
             [{"field": "state", "message": "only HALTED is supported"}],
         )
-    limit = _list_limit(query.get("limit"))
+    limit = page_limit(query.get("limit"), default=HALTED_LIST_DEFAULT, maximum=HALTED_LIST_MAX)
     start_key = _decode_next_token(query.get("nextToken"), tenant)
     page = svc.guard.list_halted(tenant, limit=limit, start_key=start_key)
     views = [_workspace_view(str(item.get("workspaceId")), item) for item in page.workspaces]
@@ -1269,20 +1266,6 @@ def list_halted_workspaces() -> Response[Any]:
     return _json_response(
         HTTPStatus.OK, {"workspaces": views, "nextToken": _encode_next_token(page.next_key) if page.next_key else None}
     )
-
-
-def _list_limit(raw: str | None) -> int:
-    """The `limit` query parameter: 1..100, 50 when absent; otherwise a 422 naming the rule (checked as ASCII digits
-    before it is read as a number: `int` refuses some Unicode digits and very long numbers with an error)."""
-    if raw is None:
-        return HALTED_LIST_DEFAULT
-    if not (raw.isascii() and raw.isdigit() and len(raw) <= 3 and 1 <= int(raw) <= HALTED_LIST_MAX):
-        raise RequestRefused(
-            HTTPStatus.UNPROCESSABLE_ENTITY,
-            f"limit must be a whole number from 1 to {HALTED_LIST_MAX}",
-            [{"field": "limit", "message": f"a whole number from 1 to {HALTED_LIST_MAX}"}],
-        )
-    return int(raw)
 
 
 def _encode_next_token(key: dict[str, Any]) -> str:

@@ -30,17 +30,7 @@ from agent_jobs_local.auth import LOCAL_AUDIENCE, LOCAL_ISSUER, OPERATOR_SCOPE, 
 from agent_jobs_local.template import TemplateModel
 from enqueue_api import app
 from tests.conftest import Stack
-
-PATCH = "--- a/f\n+++ b/f\n@@ -0,0 +1 @@\n+x\n"
-
-
-def job_body(job_id: str, workspace_id: str = "ws-a") -> dict[str, Any]:
-    return {
-        "jobId": job_id,
-        "workspaceId": workspace_id,
-        "type": "apply_patch",
-        "payload": {"patch": PATCH, "commitMessage": f"change for {job_id}"},
-    }
+from tests.local_runtime.test_api_server import job_body
 
 
 def registration(workspace_id: str) -> dict[str, Any]:
