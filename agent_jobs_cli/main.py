@@ -218,6 +218,7 @@ def job_panel(job: dict[str, Any]) -> Panel:
             ("workspace", job.get("workspaceId")),
             ("type", job.get("type")),
             ("attempt", job.get("attempt")),
+            ("failures", job.get("failures")),
             ("sequence", job.get("sequenceNumber")),
             ("accepted", when(job.get("acceptedAt"))),
             ("updated", when(job.get("updatedAt"))),

@@ -485,7 +485,11 @@ class Report:
         if self.order_violations:
             problems.append(f"{len(self.order_violations)} order violations: {self.order_violations[:3]}")
         if set(self.halted) != self.expected_halted:
-            problems.append(f"halted workspaces {sorted(self.halted)} != expected {sorted(self.expected_halted)}")
+            unexpected = "; ".join(f"{ws}: {self.halted[ws]}" for ws in sorted(set(self.halted) - self.expected_halted))
+            problems.append(
+                f"halted workspaces {sorted(self.halted)} != expected {sorted(self.expected_halted)}"
+                + (f" (unexpected: {unexpected})" if unexpected else "")
+            )
         if self.incomplete_workspaces:
             problems.append(f"workspaces not complete: {self.incomplete_workspaces[:5]}")
         if self.submission_errors:

@@ -120,6 +120,7 @@ PUBLIC_JOB_FIELDS: Final = (
     "type",
     "status",
     "attempt",
+    "failures",
     "acceptedAt",
     "updatedAt",
     "finishedAt",
@@ -695,7 +696,8 @@ class JobView(_View):
     tenant_id: str | None
     type: str | None
     status: str | None = Field(description="QUEUED, IN_FLIGHT, SUCCEEDED, FAILED, DEAD, REJECTED, PARKED or SKIPPED.")
-    attempt: int | None
+    attempt: int | None = Field(description="Claims by a worker, counting those of invocations that never came back.")
+    failures: int | None = Field(description="Failed attempts recorded: MaxAttempts of them make the job DEAD.")
     accepted_at: int | None = Field(description="Epoch milliseconds.")
     updated_at: int | None
     finished_at: int | None

@@ -65,10 +65,6 @@ if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
     from mypy_boto3_sqs.type_defs import ChangeMessageVisibilityBatchRequestEntryTypeDef
 
-
-# The worker parks a failing record when it has this many deliveries left before the queue's redrive.
-LAST_DELIVERIES = 3
-
 # Job-level metrics carry the job's type in this dimension; a rejected message whose type cannot be read counts as
 # UNKNOWN_JOB_TYPE (never a value taken from a bad message, which would make a new metric per message).
 JOB_TYPE_DIMENSION = "JobType"
@@ -259,6 +255,9 @@ class BatchWorker:
             sequence_number=record.attributes.sequence_number,
             remaining_ms=context.get_remaining_time_in_millis(),
             body=record.body,
+            near_delivery_limit=self.services.settings.near_delivery_limit(
+                int(record.attributes.approximate_receive_count)
+            ),
         )
         outcome = claim.outcome
         job_type = str(message.type)
@@ -584,10 +583,10 @@ class BatchWorker:
         gets here) still leaves another chance before the queue's redrive. A record that cannot be parked (its job is
         leased elsewhere, or was accepted with another payload) still halts its workspace, and is left to the queue.
         """
-        limit = self.services.settings.max_receive_count - LAST_DELIVERIES + 1
         parked: set[str] = set()
         for record in records:
-            if record.message_id not in failures or int(record.attributes.approximate_receive_count) < limit:
+            receives = int(record.attributes.approximate_receive_count)
+            if record.message_id not in failures or not self.services.settings.near_delivery_limit(receives):
                 continue
             try:
                 if _is_drain_marker(record):
@@ -604,7 +603,6 @@ class BatchWorker:
                     parked.add(record.message_id)  # rejected and halted: acknowledged
                     continue
                 with self._log_keys(jobId=message.job_id, workspaceId=message.workspace_id):
-                    receives = record.attributes.approximate_receive_count
                     reason = f"delivery limit near ({receives} receives) before the job could finish"
                     # A workspace already HALTED or RESUMING parks the record like any other of its records: a halt
                     # would end a resume under way for a record that only waited behind its drain marker. Only an

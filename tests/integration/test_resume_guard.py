@@ -389,6 +389,28 @@ def test_drained_job_failing_is_parked_again_then_dead_and_halts(guard: JobGuard
     assert any_stack.job("d1")["body"] == "kept"
 
 
+def test_a_retry_gives_a_drained_job_its_failed_attempts_again(guard: JobGuard, any_stack: Stack):
+    # Given d1 DEAD after failing every attempt of a drain
+    resume_id = resuming(guard)
+    for _ in range(3):
+        (job,) = guard.list_parked("ws-a", after_seq=None, expected=1) or []
+        lease = guard.claim_parked(job, resume_id=resume_id, remaining_ms=60_000).lease
+        assert lease is not None
+        outcome = guard.fail(lease, "flaky", body="kept")
+    assert outcome is FailOutcome.DEAD
+    # When the operator retries it again
+    again = resume(guard, "d1", RETRY)
+    assert again.resume_id is not None
+    assert not {"failures"} & set(any_stack.job("d1"))
+    # Then (the drain first releases d1, which the last one left PARKED) its next failure parks it again instead of
+    # making it DEAD at once
+    assert guard.release_drain("ws-a", "d1", drained_seq=None)
+    (job,) = guard.list_parked("ws-a", after_seq=None, expected=1) or []
+    lease = guard.claim_parked(job, resume_id=str(again.resume_id), remaining_ms=60_000).lease
+    assert lease is not None
+    assert guard.fail(lease, "flaky") is FailOutcome.PARKED
+
+
 def test_activate_only_when_nothing_is_parked_and_this_resume_is_current(guard: JobGuard, any_stack: Stack):
     resume_id = resuming(guard)
     assert not guard.activate("ws-a", resume_id)  # d1 still parked

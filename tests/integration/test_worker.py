@@ -4,6 +4,7 @@ the product keeps the invariant, and the naive pattern (tests/naive) breaks it i
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter
 from typing import Any
 
@@ -416,6 +417,57 @@ def test_worker_exhausted_attempts_make_job_dead_halt_workspace_and_park_later_j
     assert workspaces.commits("ws-b") == ["e1"]
     assert any_stack.queue_depth() == 0
     assert any_stack.queue_depth(any_stack.dlq_url) == 0  # nothing left for the queue's backstop
+
+
+def lose_claims(stack: Stack, job_id: str, workspace_id: str, times: int) -> None:
+    """What invocations that crashed or timed out with the job in flight leave: claims whose lease ran out."""
+    message = make_message(job_id, workspace_id)
+    for _ in range(times):
+        assert stack.services.guard.claim(message, message_id="m-lost", sequence_number=None, remaining_ms=0).claimed
+        time.sleep(0.002)  # past the lease (it ended when the claim was made)
+
+
+def test_worker_runs_a_job_that_went_down_with_more_invocations_than_max_attempts(
+    any_stack, make_worker, workspaces, lambda_context
+):
+    # Given a job in flight in max_attempts + 1 invocations that crashed or timed out (with groups running at once, an
+    # invocation takes every job it holds down with it, not only the one at fault)
+    enqueue(any_stack, make_job("c1", "ws-a"))
+    lose_claims(any_stack, "c1", "ws-a", any_stack.settings.max_attempts + 1)
+
+    # When its message is delivered to the worker (whose guard is built from Settings, as in Lambda)
+    result = deliver(any_stack, make_worker(any_stack), lambda_context)
+
+    # Then it runs and applies once: lost claims do not use up its failed attempts
+    assert result["failed"] == []
+    assert any_stack.job("c1")["status"] == JobStatus.SUCCEEDED
+    assert workspaces.commits("ws-a") == ["c1"]
+
+
+def test_worker_does_not_rerun_a_lost_claim_on_one_of_the_last_deliveries(
+    any_stack, make_worker, workspaces, lambda_context
+):
+    # Given a job whose last claim never came back, and a job behind it
+    enqueue(any_stack, make_job("c1", "ws-a"), make_job("c2", "ws-a"))
+    lose_claims(any_stack, "c1", "ws-a", 1)
+
+    # When its message comes back on the first of its last deliveries
+    event = any_stack.receive()
+    first_of_last = str(any_stack.settings.max_receive_count - 2)
+    for record in event["Records"]:
+        record["attributes"]["ApproximateReceiveCount"] = first_of_last
+    any_stack.settle(event, make_worker(any_stack).handle(event, lambda_context()))
+
+    # Then it is not run again (one more crash and the queue would dead-letter it and hand out c2): DEAD, ws-a halted
+    # by it, c2 parked, nothing applied and nothing left for the queue's redrive
+    job = any_stack.job("c1")
+    assert job["status"] == JobStatus.DEAD
+    assert "near its delivery limit" in job["error"]
+    assert any_stack.workspace("ws-a")["haltingJobId"] == "c1"
+    assert any_stack.job("c2")["status"] == JobStatus.PARKED
+    assert workspaces.commits("ws-a") == []
+    assert any_stack.queue_depth() == 0
+    assert any_stack.queue_depth(any_stack.dlq_url) == 0
 
 
 def test_naive_exhausted_job_dead_letters_and_the_next_job_applies(stack, workspaces, hooks):

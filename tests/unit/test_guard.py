@@ -128,6 +128,68 @@ def test_claim_when_every_attempt_crashed_makes_the_job_dead(guard: JobGuard, st
     assert stack.workspace("ws-a")["state"] == WorkspaceState.HALTED
 
 
+def test_claims_whose_worker_never_came_back_do_not_use_up_failed_attempts(stack: Stack, clock: ManualClock):
+    # Given a guard allowing 3 failed attempts within 7 claims, and a job claimed by four invocations that crashed or
+    # timed out (with groups running at once, an innocent job goes down with every invocation that dies)
+    guard = JobGuard(stack.services.dynamodb, stack.table_name, max_attempts=3, max_claims=7, clock=clock)
+    message = make_message("j1")
+    for _ in range(4):
+        assert claim(guard, message, remaining_ms=1_000).claimed
+        clock.advance(2)
+    # When it runs and fails, Then it still has every one of its failed attempts: two retries, DEAD at the third
+    outcomes = [guard.fail(claim(guard, message).lease, "flaky") for _ in range(3)]
+    assert outcomes == [FailOutcome.RETRY, FailOutcome.RETRY, FailOutcome.DEAD]
+    job = stack.job("j1")
+    assert (job["attempt"], job["failures"]) == (7, 2)
+    assert "failed attempt 3 of 3" in job["error"]
+
+
+def test_claims_are_exhausted_at_max_claims_without_a_recorded_outcome(stack: Stack, clock: ManualClock):
+    guard = JobGuard(stack.services.dynamodb, stack.table_name, max_attempts=3, max_claims=7, clock=clock)
+    message = make_message("j1")
+    for _ in range(7):
+        assert claim(guard, message, remaining_ms=1_000).claimed
+        clock.advance(2)
+    assert claim(guard, message).outcome is ClaimOutcome.EXHAUSTED
+    job = stack.job("j1")
+    assert job["status"] == JobStatus.DEAD
+    assert "claims exhausted (7 of 7)" in job["error"]
+    assert stack.workspace("ws-a")["state"] == WorkspaceState.HALTED
+
+
+def test_near_its_delivery_limit_a_claim_never_takes_over_a_lost_lease(stack: Stack, clock: ManualClock):
+    # Given a job whose one claim never came back, with claims to spare
+    guard = JobGuard(stack.services.dynamodb, stack.table_name, max_attempts=3, max_claims=7, clock=clock)
+    message = make_message("j1")
+    assert claim(guard, message, remaining_ms=1_000).claimed
+    clock.advance(2)
+    # When its message comes back on one of its last deliveries, Then the job is not run again (one more crash and
+    # the queue would dead-letter it and hand out the next job of its workspace): DEAD, its workspace halted
+    result = guard.claim(
+        message, message_id="m-1", sequence_number="100", remaining_ms=60_000, near_delivery_limit=True
+    )
+    assert result.outcome is ClaimOutcome.EXHAUSTED
+    job = stack.job("j1")
+    assert job["status"] == JobStatus.DEAD
+    assert "near its delivery limit" in job["error"]
+    assert stack.workspace("ws-a")["state"] == WorkspaceState.HALTED
+
+
+def test_near_its_delivery_limit_a_job_with_a_recorded_failure_is_claimed(stack: Stack, clock: ManualClock):
+    guard = JobGuard(stack.services.dynamodb, stack.table_name, max_attempts=3, max_claims=7, clock=clock)
+    message = make_message("j1")
+    assert guard.fail(claim(guard, message).lease, "flaky") is FailOutcome.RETRY
+    result = guard.claim(
+        message, message_id="m-1", sequence_number="100", remaining_ms=60_000, near_delivery_limit=True
+    )
+    assert result.claimed
+
+
+def test_max_claims_below_max_attempts_is_refused(stack: Stack):
+    with pytest.raises(ValueError, match="max_claims"):
+        JobGuard(stack.services.dynamodb, stack.table_name, max_attempts=3, max_claims=2)
+
+
 def test_claim_in_halted_workspace_is_refused_and_job_can_be_parked(guard: JobGuard, stack: Stack):
     guard.fail(claim(guard, make_message("j1")).lease, "bad", permanent=True)
     later = make_message("j2")

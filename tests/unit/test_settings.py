@@ -41,3 +41,11 @@ def test_settings_keep_inline_messages_below_the_stored_body_limit():
     assert default <= MAX_STORED_BODY_CHARS // 2
     with pytest.raises(ValidationError, match="inline_message_limit_bytes"):
         Settings(table_name="t", queue_url="q", inline_message_limit_bytes=MAX_STORED_BODY_CHARS)
+
+
+def test_settings_allow_claims_lost_to_crashes_up_to_the_last_deliveries():
+    settings = Settings(table_name="t", queue_url="q", max_attempts=3, max_receive_count=10)
+    assert settings.max_claims == 7  # every delivery before the last three
+    assert [n for n in range(1, 11) if settings.near_delivery_limit(n)] == [8, 9, 10]
+    # a queue that redrives early leaves no claims beyond the failed attempts
+    assert Settings(table_name="t", queue_url="q", max_attempts=3, max_receive_count=5).max_claims == 3

@@ -196,6 +196,10 @@ def _reason_failed(reason: Mapping[str, Any]) -> bool:
     return reason.get("Code") == "ConditionalCheckFailed"
 
 
+# A failed attempt may be retried while fewer than max_attempts - 1 failures are recorded (`:lastfailure`).
+_FAILURES_LEFT = "(attribute_not_exists(failures) OR failures < :lastfailure)"
+
+
 class JobGuard:
     """Conditional writes of job and workspace state in one DynamoDB table keyed by `pk`."""
 
@@ -205,12 +209,19 @@ class JobGuard:
         table_name: str,
         *,
         max_attempts: int = 3,
+        max_claims: int | None = None,
         ttl_days: int = 30,
         clock: Clock = epoch_ms,
     ) -> None:
         self._client = client
         self._table = table_name
         self._max_attempts = max_attempts
+        # Claims of one job in all, counting those whose worker never came back (a crash or timeout of the invocation,
+        # which takes every job it had in flight with it, not only the one at fault). Recorded failures are bounded
+        # by max_attempts alone, so an innocent job sharing crashed invocations is not made DEAD by them.
+        self._max_claims = max_attempts if max_claims is None else max_claims
+        if self._max_claims < max_attempts:
+            raise ValueError(f"max_claims ({max_claims}) must be at least max_attempts ({max_attempts})")
         self._ttl_seconds = ttl_days * 86_400
         self._clock = clock
 
@@ -431,10 +442,16 @@ class JobGuard:
         sequence_number: str | None,
         remaining_ms: int,
         body: str | None = None,
+        near_delivery_limit: bool = False,
     ) -> ClaimResult:
         """Claim a job for this invocation: one transaction of a conditional update of the job and a check that its
-        workspace is not halted. Succeeds iff the job is new, QUEUED, FAILED, or IN_FLIGHT with an expired lease,
-        has attempts left, and carries the payload it was accepted with.
+        workspace is not halted. Succeeds iff the job is new, QUEUED, FAILED, or IN_FLIGHT with an expired lease (its
+        worker never came back), has been claimed fewer than `max_claims` times, and carries the payload it was
+        accepted with. A FAILED job always has attempts left: `fail` makes the last allowed failure DEAD.
+
+        `near_delivery_limit`: the message has few deliveries left before the queue's redrive. An expired lease is
+        then not taken over: the job may be what kills its worker, and one more crash would let the queue dead-letter
+        it and hand out the next job of its workspace. It becomes DEAD (EXHAUSTED) and halts its workspace instead.
 
         `body` (the message body) is written only if the claim finds the attempts used up and the job becomes DEAD,
         so that an operator can retry it; the happy path never writes it.
@@ -447,7 +464,7 @@ class JobGuard:
             ":queued": str(JobStatus.QUEUED),
             ":failed": str(JobStatus.FAILED),
             ":now": now,
-            ":max": self._max_attempts,
+            ":maxclaims": self._max_claims,
             ":zero": 0,
             ":one": 1,
             ":owner": owner,
@@ -481,6 +498,7 @@ class JobGuard:
         if sequence_number:
             values[":seq"] = sequence_number
             set_clauses.append("sequenceNumber = :seq")
+        takeover = "" if near_delivery_limit else " OR (#status = :inflight AND leaseExpiresAt < :now)"
         job_update: TransactWriteItemTypeDef = {
             "Update": {
                 "TableName": self._table,
@@ -488,9 +506,8 @@ class JobGuard:
                 "UpdateExpression": "SET " + ", ".join(set_clauses) + " REMOVE #error",
                 "ConditionExpression": (
                     "(attribute_not_exists(pk) OR payloadHash = :hash)"
-                    " AND (attribute_not_exists(pk) OR #status IN (:queued, :failed)"
-                    " OR (#status = :inflight AND leaseExpiresAt < :now))"
-                    " AND (attribute_not_exists(attempt) OR attempt < :max)"
+                    f" AND (attribute_not_exists(pk) OR #status IN (:queued, :failed){takeover})"
+                    " AND (attribute_not_exists(attempt) OR attempt < :maxclaims)"
                 ),
                 "ExpressionAttributeNames": {"#status": "status", "#type": "type", "#ttl": "ttl", "#error": "error"},
                 "ExpressionAttributeValues": _wire(values),
@@ -505,12 +522,18 @@ class JobGuard:
             reasons = _cancellation(error)
             if reasons is None:
                 raise
-            return self._explain_lost_claim(message, reasons, now, body=body)
+            return self._explain_lost_claim(message, reasons, now, body=body, near_delivery_limit=near_delivery_limit)
         lease = Lease(message.job_id, message.workspace_id, message.tenant_id, owner, expires)
         return ClaimResult(ClaimOutcome.CLAIMED, lease=lease)
 
     def _explain_lost_claim(
-        self, message: JobMessage, reasons: list[dict[str, Any]], now: int, *, body: str | None = None
+        self,
+        message: JobMessage,
+        reasons: list[dict[str, Any]],
+        now: int,
+        *,
+        body: str | None = None,
+        near_delivery_limit: bool = False,
     ) -> ClaimResult:
         job_reason = reasons[0] if reasons else {}
         ws_reason = reasons[1] if len(reasons) > 1 else {}
@@ -528,12 +551,19 @@ class JobGuard:
             return ClaimResult(ClaimOutcome.SETTLED, previous=old)
         if status == JobStatus.IN_FLIGHT and int(old.get("leaseExpiresAt", 0)) >= now:
             return ClaimResult(ClaimOutcome.BUSY, previous=old)
-        if int(old.get("attempt", 0)) < self._max_attempts:
+        claims = int(old.get("attempt", 0))
+        lost_near_limit = near_delivery_limit and status == JobStatus.IN_FLIGHT
+        if claims < self._max_claims and not lost_near_limit:
             return ClaimResult(ClaimOutcome.CONTENDED, previous=old)  # the item changed between write and check
-        # Attempts used up by workers that never came back (or max_attempts was lowered): dead, and halt.
+        # Claims used up, mostly by workers that never came back (or max_claims was lowered), or a worker that never
+        # came back from a message with few deliveries left: dead, and halt.
+        if lost_near_limit:
+            error = f"claim {claims} never came back and the message is near its delivery limit"
+        else:
+            error = f"claims exhausted ({claims} of {self._max_claims}) without a recorded outcome"
         if self._dead_and_halt(
             old,
-            error=f"attempts exhausted ({old.get('attempt')} of {self._max_attempts}) without a recorded outcome",
+            error=error,
             expect_owner=old.get("leaseOwner"),
             expect_status=str(status),
             body=body,
@@ -588,9 +618,9 @@ class JobGuard:
                     Key=_wire({"pk": job_key(lease.job_id)}),
                     UpdateExpression=(
                         "SET #status = :failed, #error = :error, updatedAt = :now,"
-                        " history = list_append(history, :entry)"
+                        " failures = if_not_exists(failures, :zero) + :one, history = list_append(history, :entry)"
                     ),
-                    ConditionExpression="leaseOwner = :owner AND #status = :inflight AND attempt < :max",
+                    ConditionExpression=f"leaseOwner = :owner AND #status = :inflight AND {_FAILURES_LEFT}",
                     ExpressionAttributeNames={"#status": "status", "#error": "error"},
                     ExpressionAttributeValues=_wire(
                         {
@@ -599,7 +629,9 @@ class JobGuard:
                             ":error": error,
                             ":now": now,
                             ":owner": lease.owner,
-                            ":max": self._max_attempts,
+                            ":zero": 0,
+                            ":one": 1,
+                            ":lastfailure": self._max_attempts - 1,
                             ":entry": [{"status": str(JobStatus.FAILED), "at": now, "error": error[:500]}],
                         }
                     ),
@@ -611,7 +643,7 @@ class JobGuard:
                 old = to_item(client_error.response.get("Item", {}))  # type: ignore[arg-type]
                 if old.get("leaseOwner") != lease.owner or old.get("status") != JobStatus.IN_FLIGHT:
                     return FailOutcome.LOST
-                error = f"{error} (attempt {old.get('attempt')} of {self._max_attempts})"
+                error = f"{error} (failed attempt {int(old.get('failures', 0)) + 1} of {self._max_attempts})"
             else:
                 return FailOutcome.RETRY
         old_item = {"jobId": lease.job_id, "workspaceId": lease.workspace_id, "tenantId": lease.tenant_id}
@@ -1088,6 +1120,7 @@ class JobGuard:
                 "SET #status = :parked, attempt = :zero, parkedWorkspace = :pws, parkedSeq = :pseq,"
                 " parkedReason = :reason, updatedAt = :now,"
                 " history = list_append(if_not_exists(history, :empty), :entry)"
+                " REMOVE failures"
             )
             parked_delta = 1 if status == JobStatus.DEAD else 0
             drained_seq = None
@@ -1172,8 +1205,8 @@ class JobGuard:
             ":entry": [{"status": str(JobStatus.IN_FLIGHT), "at": now, "resumeId": resume_id}],
         }
         if reclaim:
-            values[":max"] = self._max_attempts
-            job_condition = "#status = :inflight AND leaseExpiresAt < :now AND attempt < :max"
+            values[":maxclaims"] = self._max_claims
+            job_condition = "#status = :inflight AND leaseExpiresAt < :now AND attempt < :maxclaims"
         else:
             job_condition = "#status = :parked"
         job_update: TransactWriteItemTypeDef = {
@@ -1241,7 +1274,7 @@ class JobGuard:
                     return ClaimResult(ClaimOutcome.BUSY, previous=old)
                 if self._dead_and_halt(
                     old,
-                    error=f"attempts exhausted ({old.get('attempt')} of {self._max_attempts}) while resuming",
+                    error=f"claims exhausted ({old.get('attempt')} of {self._max_claims}) while resuming",
                     expect_owner=old.get("leaseOwner"),
                     expect_status=str(JobStatus.IN_FLIGHT),
                 ):
@@ -1366,7 +1399,9 @@ class JobGuard:
             ":error": error,
             ":now": now,
             ":owner": lease.owner,
-            ":max": self._max_attempts,
+            ":zero": 0,
+            ":one": 1,
+            ":lastfailure": self._max_attempts - 1,
             ":pws": lease.workspace_id,
             ":pseq": lease.parked_seq or parked_sequence(None, now),
             ":entry": [{"status": str(JobStatus.PARKED), "at": now, "error": error[:500], "resumeId": lease.resume_id}],
@@ -1377,9 +1412,10 @@ class JobGuard:
                 "Key": _wire({"pk": job_key(lease.job_id)}),
                 "UpdateExpression": (
                     "SET #status = :parked, #error = :error, updatedAt = :now, parkedWorkspace = :pws,"
-                    " parkedSeq = :pseq, history = list_append(history, :entry)"
+                    " parkedSeq = :pseq, failures = if_not_exists(failures, :zero) + :one,"
+                    " history = list_append(history, :entry)"
                 ),
-                "ConditionExpression": "leaseOwner = :owner AND #status = :inflight AND attempt < :max",
+                "ConditionExpression": f"leaseOwner = :owner AND #status = :inflight AND {_FAILURES_LEFT}",
                 "ExpressionAttributeNames": {"#status": "status", "#error": "error"},
                 "ExpressionAttributeValues": _wire(values),
                 "ReturnValuesOnConditionCheckFailure": "ALL_OLD",

@@ -36,6 +36,12 @@ def build_services(settings: Settings | None = None, session: boto3.Session | No
     session = session or boto3.Session()
     dynamodb = session.client("dynamodb", config=_CLIENT_CONFIG)
     sqs = session.client("sqs", config=_CLIENT_CONFIG)
-    guard = JobGuard(dynamodb, settings.table_name, max_attempts=settings.max_attempts, ttl_days=settings.job_ttl_days)
+    guard = JobGuard(
+        dynamodb,
+        settings.table_name,
+        max_attempts=settings.max_attempts,
+        max_claims=settings.max_claims,
+        ttl_days=settings.job_ttl_days,
+    )
     payloads = PayloadStore(settings.payload_bucket, lambda: session.client("s3", config=_CLIENT_CONFIG))
     return Services(settings=settings, dynamodb=dynamodb, sqs=sqs, guard=guard, payloads=payloads)

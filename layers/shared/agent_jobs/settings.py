@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Final
 
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+# The last deliveries of a message before the queue's redrive: the worker parks a failing record on one of them, and a
+# claim on one of them does not take over a lease whose worker never came back (a crash there could let the queue
+# dead-letter the job and hand out the next job of its workspace). More than one, so that an invocation that crashes
+# on one of them still leaves another.
+LAST_DELIVERIES: Final = 3
 
 
 class Settings(BaseSettings):
@@ -41,6 +47,17 @@ class Settings(BaseSettings):
 
     # The payload bucket's lifecycle expiration (PayloadRetentionDays); None when not set (no check).
     payload_retention_days: Annotated[int, Field(ge=1)] | None = None
+
+    @property
+    def max_claims(self) -> int:
+        """Claims of one job in all, counting those of invocations that crashed or timed out (which take every job
+        they had in flight with them): every delivery before the last ones. Recorded failures are bounded by
+        max_attempts alone."""
+        return max(self.max_attempts, self.max_receive_count - LAST_DELIVERIES)
+
+    def near_delivery_limit(self, receive_count: int) -> bool:
+        """The message is on one of its LAST_DELIVERIES before the queue's redrive."""
+        return receive_count > self.max_receive_count - LAST_DELIVERIES
 
     @model_validator(mode="after")
     def _payloads_outlive_their_jobs(self) -> Settings:
