@@ -6,6 +6,7 @@ Lambda execution environments would have.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
@@ -22,7 +23,7 @@ from dulwich.refs import Ref
 from dulwich.repo import Repo
 
 from agent_jobs.models import RunTestsJob
-from jobs import apply_patch, run_tests
+from jobs import apply_patch, git_workspace, run_tests
 from jobs.context import JobContext
 from jobs.git_workspace import (
     DEFAULT_IDENTITY,
@@ -356,20 +357,63 @@ def test_git_workspace_first_commit_refused_when_the_branch_appeared_or_the_base
 
 
 def test_git_workspace_a_ref_being_updated_by_another_process_counts_as_moved(
-    remote: Path, make_store: StoreFactory
+    remote: Path, make_store: StoreFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(git_workspace, "STALE_REF_LOCK_WAIT_SECONDS", 0.2)
     workspace = make_store().open("ws-1")
     apply_patch.run(apply_patch_job("job-1", append_line(1)), context(workspace))
     head = workspace.head()
-    # Another process holds the branch ref's lock, as git and dulwich do while they update it.
+    # Another worker is inside its push (it holds the remote's push turn) and holds the branch ref's lock, as git and
+    # dulwich do while they update it.
     lock = remote / "refs" / "heads" / f"{BRANCH}.lock"
-    lock.write_bytes(b"")
-    try:
-        with pytest.raises(HeadMovedError):
-            workspace.commit(job_id="job-2", message="m", patch=append_line(2), expected_head=head)
-    finally:
-        lock.unlink()
+    with (remote / git_workspace.LOCAL_PUSH_TURN).open("a") as turn:
+        fcntl.flock(turn, fcntl.LOCK_SH)
+        lock.write_bytes(b"")
+        try:
+            with pytest.raises(HeadMovedError):
+                workspace.commit(job_id="job-2", message="m", patch=append_line(2), expected_head=head)
+            assert lock.exists()  # a live writer's lock is left alone
+        finally:
+            lock.unlink()
     assert remote_ref(remote, BRANCH) == head
+
+
+def test_git_workspace_a_ref_lock_left_by_a_killed_worker_does_not_block_the_branch(
+    remote: Path, make_store: StoreFactory
+) -> None:
+    # Given a worker killed while it updated the remote branch (its lock file written, never renamed): its flock on
+    # the push turn died with it
+    workspace = make_store().open("ws-1")
+    apply_patch.run(apply_patch_job("job-1", append_line(1)), context(workspace))
+    head = workspace.head()
+    (remote / "refs" / "heads" / f"{BRANCH}.lock").write_bytes(b"0" * 40 + b"\n")
+
+    # When the next job of the workspace commits
+    made = workspace.commit(job_id="job-2", message="m", patch=append_line(2), expected_head=head)
+
+    # Then the stale lock is gone and the branch moved by compare-and-swap from where it was
+    assert remote_ref(remote, BRANCH) == made.sha
+    assert branch_job_ids(remote) == ["job-1", "job-2"]
+    assert not (remote / "refs" / "heads" / f"{BRANCH}.lock").exists()
+
+
+def test_git_workspace_a_worker_killed_while_updating_its_cache_leaves_no_lasting_lock(
+    remote: Path, make_store: StoreFactory
+) -> None:
+    # Given a worker whose process was killed after its push, while it updated the branch's ref in its own cache (a
+    # crash or a timeout: the cache in /tmp outlives the process), leaving the ref's lock file there
+    store = make_store("worker-1")
+    apply_patch.run(apply_patch_job("job-1", append_line(1)), context(store.open("ws-1")))
+    cache = store.open("ws-1").cache_path
+    (cache / "refs" / "heads" / f"{BRANCH}.lock").write_bytes(b"0" * 40 + b"\n")
+
+    # When the same execution environment runs the next jobs
+    for n in (2, 3):
+        apply_patch.run(apply_patch_job(f"job-{n}", append_line(n)), context(store.open("ws-1")))
+
+    # Then they apply: the lock file had no live writer
+    assert branch_job_ids(remote) == ["job-1", "job-2", "job-3"]
+    assert not list((cache / "refs").rglob("*.lock"))
 
 
 def test_apply_patch_handler_racing_workers_in_threads_make_one_commit_per_job(

@@ -14,6 +14,13 @@ branch does not exist: `head()` is then the base branch's commit, or `ROOT_HEAD`
 `commit` with that `expected_head` creates the branch on top of it, on condition that the branch still does not exist
 (and the base has not moved).
 
+A writer killed mid-update (an invocation that crashed or timed out, taking every job it held with it) leaves a ref's
+git lock file behind, and git refuses every later update of that ref. A remote on this machine's file system is
+written by the pushing worker itself, so its pushes hold an flock (`LOCAL_PUSH_TURN`, released by the system when its
+holder dies) shared, and a push that finds a ref locked takes it exclusively: a lock file still there then has no live
+writer and is removed. The workspace's own cache is cleared the same way under its own flock. The branch and the
+test-result refs of a local remote are written by Agent Jobs only.
+
 Each workspace keeps a bare repository at `<cache_root>/<workspaceId>.git` holding the objects of its branch and base
 (cloned on first use, then fetched incrementally: a warm execution environment downloads only new commits). Patches
 are applied to trees in that object store; no working tree is ever written, except by `checkout`.
@@ -39,7 +46,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from dulwich.client import get_transport_and_path
+from dulwich.client import LocalGitClient, get_transport_and_path
 from dulwich.errors import NotTreeError
 from dulwich.file import FileLocked
 from dulwich.object_store import BaseObjectStore
@@ -58,6 +65,13 @@ from jobs.workspace import JOB_TRAILER, ROOT_HEAD, Commit, HeadMovedError
 DEFAULT_IDENTITY = "Agent Jobs <agent-jobs@localhost>"
 TEST_RESULTS_NAMESPACE = "refs/agent-jobs/tests"
 TEST_RESULT_FILE = b"result.json"
+
+# A remote on this machine's file system (a path or file:// URL) is written by the pushing worker itself. Every push
+# to it holds this file of the remote shared (an flock, which dies with its process), so that a ref's git lock file
+# found while the file is held exclusively was left by a writer killed mid-update, never by a live one.
+LOCAL_PUSH_TURN = "agent-jobs-push.flock"
+# How long a push waits for the live pushes of a local remote to end before it takes a ref's lock file for a live one.
+STALE_REF_LOCK_WAIT_SECONDS = 5.0
 
 _IDENTITY = re.compile(r"^[^<>\n]+ <[^<>\n]+>$")
 _SHA = re.compile(r"^[0-9a-f]{40}$")
@@ -272,10 +286,20 @@ class GitWorkspace:
                     Repo.init_bare(staging).close()
                     shutil.rmtree(self.cache_path, ignore_errors=True)
                     staging.rename(self.cache_path)
+                self._clear_stale_ref_locks()
                 with closing(Repo(str(self.cache_path))) as repo:
                     yield repo
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def _clear_stale_ref_locks(self) -> None:
+        """Remove the `.lock` files of the cache's refs. A process killed while it updated a ref of the cache (an
+        invocation that crashed or timed out, taking every job it held with it; /tmp outlives the process in Lambda)
+        leaves the ref's lock file behind, and every later update of that ref would fail. Every writer of the cache
+        holds the lock `_cache` holds now, so a lock file found here has no live writer."""
+        stale = [*(self.cache_path / "refs").rglob("*.lock"), self.cache_path / "packed-refs.lock"]
+        for path in stale:
+            path.unlink(missing_ok=True)
 
     def _fetch(self, repo: Repo, wanted: Sequence[Ref]) -> dict[Ref, ObjectID]:
         """Fetch what the cache lacks of `refs` and return their values on the remote (absent: not there).
@@ -323,12 +347,18 @@ class GitWorkspace:
         ) -> tuple[int, Iterator[UnpackedObject]]:
             return repo.object_store.generate_pack_data(have, want, ofs_delta=ofs_delta, progress=progress)
 
-        try:
-            result = self._client.send_pack(self._remote_path, update_refs, generate_pack_data=pack_data)
-        except _RemoteRefusedError:
-            return False
-        except FileLocked:
-            return False  # another worker holds the ref's lock: it is moving this very moment
+        for first_try in (True, False):
+            try:
+                with self._pushing():
+                    result = self._client.send_pack(self._remote_path, update_refs, generate_pack_data=pack_data)
+                break
+            except _RemoteRefusedError:
+                return False
+            except FileLocked:
+                # Another worker holds the ref's lock: it is moving this very moment, unless that worker was killed
+                # mid-update (a crash or a timeout), whose lock file would refuse every later push of the ref.
+                if not (first_try and self._clear_stale_ref_lock(ref)):
+                    return False
         status = (result.ref_status or {}).get(ref)
         if status is None:
             return True
@@ -339,6 +369,50 @@ class GitWorkspace:
         if not still_expected(current):
             return False
         raise RetryableJobError(f"{self.remote.display_url} refused to update {ref.decode()}: {status}")
+
+    def _local_remote(self) -> Path | None:
+        return Path(os.fsdecode(self._remote_path)) if isinstance(self._client, LocalGitClient) else None
+
+    @contextmanager
+    def _pushing(self) -> Iterator[None]:
+        """A push to a local remote holds its LOCAL_PUSH_TURN shared (pushes run at once; the remote's own
+        compare-and-swap orders them)."""
+        root = self._local_remote()
+        if root is None:
+            yield
+            return
+        with (root / LOCAL_PUSH_TURN).open("a") as turn:
+            fcntl.flock(turn, fcntl.LOCK_SH)
+            try:
+                yield
+            finally:
+                fcntl.flock(turn, fcntl.LOCK_UN)
+
+    def _clear_stale_ref_lock(self, ref: Ref) -> bool:
+        """After a local remote's `ref` was found locked: once no push holds the remote's LOCAL_PUSH_TURN (waiting at
+        most STALE_REF_LOCK_WAIT_SECONDS), a lock file of `ref` still there was left by a killed writer: removed.
+        True if one was removed (push again), False otherwise (a live writer moved the ref, or still holds it)."""
+        root = self._local_remote()
+        if root is None:
+            return False
+        deadline = time.monotonic() + STALE_REF_LOCK_WAIT_SECONDS
+        with (root / LOCAL_PUSH_TURN).open("a") as turn:
+            while True:
+                try:
+                    fcntl.flock(turn, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        return False
+                    time.sleep(0.01)
+            try:
+                lock = root / f"{os.fsdecode(ref)}.lock"
+                if not lock.exists():
+                    return False
+                lock.unlink()
+                return True
+            finally:
+                fcntl.flock(turn, fcntl.LOCK_UN)
 
     def _head_of(self, heads: Mapping[Ref, ObjectID]) -> str:
         sha = heads.get(self._branch) or heads.get(self._base)
