@@ -249,16 +249,7 @@ class JobGuard:
                 "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
             }
         }
-        # A workspace item without a tenant (halted by a message that named none) is not anyone's yet, as registering
-        # treats it.
-        workspace_is_the_tenants: TransactWriteItemTypeDef = {
-            "ConditionCheck": {
-                "TableName": self._table,
-                "Key": _wire({"pk": workspace_key(message.workspace_id)}),
-                "ConditionExpression": "attribute_not_exists(pk) OR attribute_not_exists(tenantId) OR tenantId = :tid",
-                "ExpressionAttributeValues": _wire({":tid": message.tenant_id}),
-            }
-        }
+        workspace_is_the_tenants = self._workspace_owned_check(message.workspace_id, message.tenant_id)
         try:
             self._client.transact_write_items(TransactItems=[put_job, workspace_is_the_tenants])
         except ClientError as error:
@@ -269,15 +260,7 @@ class JobGuard:
             workspace_forbidden = len(reasons) > 1 and _reason_failed(reasons[1])
             if not _reason_failed(job_reason):
                 return AcceptResult(AcceptOutcome.WORKSPACE_FORBIDDEN)
-            old = to_item(job_reason.get("Item", {}))
-            same_job = old.get("payloadHash") == message.payload_hash and old.get("tenantId") == message.tenant_id
-            if not same_job:
-                return AcceptResult(AcceptOutcome.CONFLICT, old)
-            if old.get("messageId"):
-                return AcceptResult(AcceptOutcome.EXISTING, old)
-            if workspace_forbidden:
-                return AcceptResult(AcceptOutcome.WORKSPACE_FORBIDDEN)
-            return AcceptResult(AcceptOutcome.UNSENT, old)
+            return self._known_job(message, to_item(job_reason.get("Item", {})), workspace_forbidden)
         return AcceptResult(AcceptOutcome.NEW, item)
 
     def record_sent(self, job_id: str, message_id: str, sequence_number: str | None) -> None:
@@ -410,7 +393,8 @@ class JobGuard:
         }
 
     def _workspace_owned_check(self, workspace_id: str, tenant_id: str) -> TransactWriteItemTypeDef:
-        # As in `record_accepted`: a workspace item without a tenant is not anyone's yet.
+        # A workspace item without a tenant (halted by a message that named none) is not anyone's yet, as registering
+        # treats it.
         return {
             "ConditionCheck": {
                 "TableName": self._table,
@@ -422,7 +406,8 @@ class JobGuard:
 
     @staticmethod
     def _known_job(message: JobMessage, old: Item, workspace_forbidden: bool) -> AcceptResult:
-        # As in `record_accepted`: another job's record, the same job sent, or the same job unsent.
+        # A known jobId: another job's record, the same job sent, or the same job unsent (sent only while its workspace
+        # is still the tenant's own).
         same_job = old.get("payloadHash") == message.payload_hash and old.get("tenantId") == message.tenant_id
         if not same_job:
             return AcceptResult(AcceptOutcome.CONFLICT, old)
