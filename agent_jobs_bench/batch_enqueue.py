@@ -12,6 +12,7 @@ shared machine, so only its ratio (batch against one-by-one, same run) is meanin
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import io
 import json
@@ -25,8 +26,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import boto3
-
 REPO = Path(__file__).resolve().parent.parent
 # Like sam local: the layer's package (as at /opt/python) and the API's code are importable.
 for _folder in (REPO / "functions", REPO / "layers" / "shared"):
@@ -36,12 +35,9 @@ for _folder in (REPO / "functions", REPO / "layers" / "shared"):
 from agent_jobs.keys import deduplication_id, workspace_group_id  # noqa: E402
 from agent_jobs.models import ApplyPatchJob, OpenPrJob, RunTestsJob, job_request_adapter  # noqa: E402
 from agent_jobs.producer import MAX_BATCH_JOBS, enqueue_job, enqueue_jobs  # noqa: E402
-from agent_jobs.services import Services, build_services  # noqa: E402
-from agent_jobs.settings import Settings  # noqa: E402
 from agent_jobs_bench.figures import Comparison, Figure, Goal  # noqa: E402
-from agent_jobs_bench.stack import _endpoint  # noqa: E402
+from agent_jobs_bench.stack import BenchStack, provision_stack  # noqa: E402
 from agent_jobs_local.emulator import Emulator  # noqa: E402
-from agent_jobs_local.template import AwsClients, TemplateModel, load_template, provision  # noqa: E402
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.client import DynamoDBClient
@@ -128,30 +124,6 @@ class CallCounter:
         return sum(count for (name, op), count in self.calls.items() if name == "dynamodb" and op in _WRITES)
 
 
-@dataclass
-class _Stack:
-    endpoint_url: str
-    queue_url: str
-    table_name: str
-    settings: Settings
-    services: Services
-    model: TemplateModel
-    references: Mapping[str, Mapping[str, str]]
-
-
-def _provision(endpoint_url: str) -> _Stack:
-    session = boto3.Session(aws_access_key_id="testing", aws_secret_access_key="testing", region_name="us-east-1")
-    model = TemplateModel(load_template(), stack_name=f"bench-batch-{uuid.uuid4().hex[:8]}")
-    resources = provision(AwsClients.from_session(session, endpoint_url=endpoint_url), model)
-    environment = model.function_environment("EnqueueApiFunction", resources.references)
-    settings = Settings.model_validate({k.lower(): v for k, v in environment.items()})
-    with _endpoint(endpoint_url):
-        services = build_services(settings, session)
-    return _Stack(
-        endpoint_url, resources.queue_url, resources.table_name, settings, services, model, resources.references
-    )
-
-
 def _job(run: str, n: int) -> Job:
     workspace = f"ws-{n % WORKSPACES:02d}"
     patch = f"--- a/f.txt\n+++ b/f.txt\n@@ -0,0 +1 @@\n+change {n}\n"
@@ -200,7 +172,7 @@ def naive_enqueue(
     return True
 
 
-def _measure(stack: _Stack, jobs: Sequence[Job], submit: Callable[[Sequence[Job]], int]) -> Measurement:
+def _measure(stack: BenchStack, jobs: Sequence[Job], submit: Callable[[Sequence[Job]], int]) -> Measurement:
     sqs, dynamodb = stack.services.sqs, stack.services.dynamodb
     with CallCounter(sqs, dynamodb) as counter:
         started = time.perf_counter()
@@ -218,7 +190,7 @@ def _measure(stack: _Stack, jobs: Sequence[Job], submit: Callable[[Sequence[Job]
     )
 
 
-def measure_batch(stack: _Stack, jobs: Sequence[Job]) -> Measurement:
+def measure_batch(stack: BenchStack, jobs: Sequence[Job]) -> Measurement:
     def submit(all_jobs: Sequence[Job]) -> int:
         accepted = 0
         for start in range(0, len(all_jobs), MAX_BATCH_JOBS):
@@ -237,7 +209,7 @@ def measure_batch(stack: _Stack, jobs: Sequence[Job]) -> Measurement:
     return _measure(stack, jobs, submit)
 
 
-def measure_one_by_one(stack: _Stack, jobs: Sequence[Job]) -> Measurement:
+def measure_one_by_one(stack: BenchStack, jobs: Sequence[Job]) -> Measurement:
     def submit(all_jobs: Sequence[Job]) -> int:
         accepted = 0
         for job in all_jobs:
@@ -256,7 +228,7 @@ def measure_one_by_one(stack: _Stack, jobs: Sequence[Job]) -> Measurement:
     return _measure(stack, jobs, submit)
 
 
-def measure_naive(stack: _Stack, jobs: Sequence[Job]) -> Measurement:
+def measure_naive(stack: BenchStack, jobs: Sequence[Job]) -> Measurement:
     def submit(all_jobs: Sequence[Job]) -> int:
         sqs, dynamodb = stack.services.sqs, stack.services.dynamodb
         return sum(
@@ -267,7 +239,7 @@ def measure_naive(stack: _Stack, jobs: Sequence[Job]) -> Measurement:
     return _measure(stack, jobs, submit)
 
 
-def measure_route(stack: _Stack, jobs: Sequence[Job]) -> Measurement:
+def measure_route(stack: BenchStack, jobs: Sequence[Job]) -> Measurement:
     """`POST /jobs:batch` through the API's handler in this process (as API Gateway invokes it, with the JWT
     authorizer's claims), on the clients the handler builds from its template environment."""
     from agent_jobs_local.event_source import LambdaContextStub
@@ -293,9 +265,7 @@ def measure_route(stack: _Stack, jobs: Sequence[Job]) -> Measurement:
     app.logger.setLevel("WARNING")
     try:
         services = app.services()
-        route_stack = _Stack(
-            stack.endpoint_url, stack.queue_url, stack.table_name, services.settings, services, stack.model, {}
-        )
+        route_stack = dataclasses.replace(stack, settings=services.settings, services=services)
 
         def submit(all_jobs: Sequence[Job]) -> int:
             accepted = 0
@@ -363,7 +333,7 @@ def measure(quick: bool = False) -> Results:
     """Each producer on its own fresh stack in one emulator, the same number of jobs over the same workspaces."""
     jobs = 40 if quick else 200
     with Emulator() as emulator:
-        stacks = [_provision(emulator.url) for _ in range(4)]
+        stacks = [provision_stack(emulator.url, function_id="EnqueueApiFunction") for _ in range(4)]
         batch = measure_batch(stacks[0], [_job("batch", n) for n in range(jobs)])
         one_by_one = measure_one_by_one(stacks[1], [_job("single", n) for n in range(jobs)])
         naive = measure_naive(stacks[2], [_job("naive", n) for n in range(jobs)])

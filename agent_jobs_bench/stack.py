@@ -57,14 +57,16 @@ def _endpoint(endpoint_url: str) -> Iterator[None]:
             os.environ["AWS_ENDPOINT_URL"] = previous
 
 
-def provision_stack(endpoint_url: str, **settings_overrides: Any) -> BenchStack:
+def provision_stack(
+    endpoint_url: str, *, function_id: str = "JobWorkerFunction", **settings_overrides: Any
+) -> BenchStack:
     """A fresh, uniquely named set of the template's resources on `endpoint_url`, with the settings template.yaml gives
-    the worker (no backoff, so a retried record comes back at once; overridable)."""
+    `function_id` (no backoff, so a retried record comes back at once; overridable)."""
     # Fake credentials: the emulator accepts any, and nothing from the developer's shell (a profile) leaks in.
     session = boto3.Session(aws_access_key_id="testing", aws_secret_access_key="testing", region_name=REGION)
     model = TemplateModel(load_template(), stack_name=f"bench-{uuid.uuid4().hex[:8]}")
     resources = provision(AwsClients.from_session(session, endpoint_url=endpoint_url), model)
-    environment = model.function_environment("JobWorkerFunction", resources.references)
+    environment = model.function_environment(function_id, resources.references)
     overrides = {"backoff_base_seconds": 0, **settings_overrides}
     settings = Settings.model_validate({**{k.lower(): v for k, v in environment.items()}, **overrides})
     with _endpoint(endpoint_url):
