@@ -20,7 +20,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -123,6 +122,7 @@ class _FirstInvocations:
         self.runtime = LocalRuntime(workspaces_root=folder / "workspaces")
 
     def __enter__(self) -> _FirstInvocations:
+        from agent_jobs_bench.submit import submit_patch_job
         from agent_jobs_local.auth import mint_token
         from agent_jobs_local.execution_environment import lambda_environment
         from agent_jobs_local.workload import create_remote, register_workspaces
@@ -134,21 +134,7 @@ class _FirstInvocations:
         register_workspaces(runtime.api_url, remotes, github_api_url="https://api.github.com")
         token = mint_token("default")
         for ws in workspaces:
-            body = {
-                "jobId": f"job-{ws}",
-                "workspaceId": ws,
-                "type": "apply_patch",
-                "payload": {"patch": PATCH, "commitMessage": "cold start"},
-            }
-            request = urllib.request.Request(
-                f"{runtime.api_url}/jobs",
-                data=json.dumps(body).encode(),
-                headers={"Content-Type": "application/json", "Authorization": f"Bearer {token}"},
-                method="POST",
-            )
-            with urllib.request.urlopen(request, timeout=30) as response:
-                if response.status != 202:
-                    raise RuntimeError(f"POST /jobs answered {response.status}")
+            submit_patch_job(runtime.api_url, token, f"job-{ws}", ws, patch=PATCH, message="cold start")
         worker_id = runtime.model.worker.function.function_id
         self.environment = lambda_environment(
             runtime.function_env[worker_id],

@@ -24,7 +24,6 @@ import os
 import tempfile
 import threading
 import time
-import urllib.request
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -128,24 +127,6 @@ class Level:
         return ordered[min(len(ordered) - 1, max(0, round(fraction * len(ordered)) - 1))]
 
 
-def _submit(api_url: str, token: str, job_id: str, workspace_id: str) -> None:
-    body = {
-        "jobId": job_id,
-        "workspaceId": workspace_id,
-        "type": "apply_patch",
-        "payload": {"patch": f"--- a/{job_id}\n+++ b/{job_id}\n@@ -0,0 +1 @@\n+{job_id}\n", "commitMessage": job_id},
-    }
-    request = urllib.request.Request(
-        f"{api_url}/jobs",
-        data=json.dumps(body).encode(),
-        headers={"Content-Type": "application/json", "Authorization": f"Bearer {token}"},
-        method="POST",
-    )
-    with urllib.request.urlopen(request, timeout=60) as response:
-        if response.status != 202:
-            raise RuntimeError(f"POST /jobs for {job_id} answered {response.status}")
-
-
 def _applied(log: Path) -> dict[str, float]:
     if not log.exists():
         return {}
@@ -159,6 +140,7 @@ def _applied(log: Path) -> dict[str, float]:
 def run_level(api_url: str, log: Path, workspaces: int, jobs_per_workspace: int, run_id: str) -> Level:
     """One agent per workspace submits its jobs in order, all agents at once, while the worker runs; waits until
     every job is applied."""
+    from agent_jobs_bench.submit import submit_patch_job
     from agent_jobs_local.auth import mint_token
 
     token = mint_token("default")
@@ -173,7 +155,14 @@ def run_level(api_url: str, log: Path, workspaces: int, jobs_per_workspace: int,
         try:
             for job_id in job_ids:
                 submitted[job_id] = time.time()
-                _submit(api_url, token, job_id, workspace_id)
+                submit_patch_job(
+                    api_url,
+                    token,
+                    job_id,
+                    workspace_id,
+                    patch=f"--- a/{job_id}\n+++ b/{job_id}\n@@ -0,0 +1 @@\n+{job_id}\n",
+                    message=job_id,
+                )
         except BaseException as error:  # reported below, in this thread
             errors.append(error)
 

@@ -27,7 +27,6 @@ import os
 import random
 import tempfile
 import time
-import urllib.request
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -156,21 +155,6 @@ def arrival_offsets(jobs: int, rate: float, rng: random.Random) -> list[float]:
     return times
 
 
-def _post_job(api_url: str, job_id: str, workspace_id: str) -> None:
-    body = {
-        "jobId": job_id,
-        "workspaceId": workspace_id,
-        "type": "apply_patch",
-        "payload": {"patch": PATCH, "commitMessage": f"change for {job_id}"},
-    }
-    request = urllib.request.Request(
-        f"{api_url}/jobs", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}, method="POST"
-    )
-    with urllib.request.urlopen(request, timeout=60) as response:
-        if response.status != 202:
-            raise RuntimeError(f"POST /jobs answered {response.status} for {job_id}")
-
-
 def measure(
     *,
     workspaces: int = 3,
@@ -182,6 +166,8 @@ def measure(
     root: Path | None = None,
 ) -> Measurement:
     """Run the scenario on the local runtime and return what it measured (see the module docstring)."""
+    from agent_jobs_bench.submit import submit_patch_job
+    from agent_jobs_local.auth import mint_token
     from agent_jobs_local.runtime import LocalRuntime
 
     real_job_seconds = job_seconds * time_scale
@@ -203,11 +189,13 @@ def measure(
             worker_bootstrap="agent_jobs_bench.plan:install",
             bootstrap_config={"job_seconds": real_job_seconds, "log": str(log)},
         ) as runtime:
-            runtime.api.authorizer_claims = lambda headers: {"tenant_id": TENANT}
+            token = mint_token(TENANT)
             # Warm every environment first: a cold start is not part of the queueing the plan models.
             warm = [f"job-plan-warm-{index}" for index in range(workspaces)]
             for index, job_id in enumerate(warm):
-                _post_job(runtime.api_url, job_id, f"ws-plan-warm-{index}")
+                submit_patch_job(
+                    runtime.api_url, token, job_id, f"ws-plan-warm-{index}", patch=PATCH, message=f"change for {job_id}"
+                )
             if not runtime.poller.drain(timeout=120):
                 raise RuntimeError("the warm-up jobs did not finish within 120 s")
             warm_invocations = len(runtime.poller.invocation_log())
@@ -219,7 +207,9 @@ def measure(
                 delay = start + offset - time.time()
                 if delay > 0:
                     time.sleep(delay)
-                _post_job(runtime.api_url, job_id, workspace_id)
+                submit_patch_job(
+                    runtime.api_url, token, job_id, workspace_id, patch=PATCH, message=f"change for {job_id}"
+                )
                 accepted[job_id] = time.time()
                 workspace_of[job_id] = workspace_id
             if not runtime.poller.drain(timeout=120 + len(schedule) * real_job_seconds):

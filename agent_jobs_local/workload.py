@@ -323,14 +323,7 @@ class Agents:
         if job.job_id in self.plan.raw_redeliveries:
             self._send_raw_copy(job)
         if job.job_id == self.plan.poison_after:
-            self.sqs.send_message(
-                QueueUrl=self.queue_url,
-                MessageBody=POISON_BODY,
-                MessageGroupId=workspace_group_id(job.workspace_id),
-                MessageDeduplicationId=uuid.uuid4().hex,
-            )
-            with self.submissions.lock:
-                self.submissions.poison_sent += 1
+            self._send_poison(job)
 
     def _batch_agent(self, workspaces: list[str], on_accepted: Callable[[], None]) -> None:
         queues = {ws: list(self.plan.by_workspace[ws]) for ws in workspaces}
