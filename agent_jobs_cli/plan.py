@@ -254,7 +254,6 @@ class Plan:
     mean_busy_groups: float  # the same, capped by MaximumConcurrency: what runs on average
     p99_busy_groups: int
     concurrency_cap: int  # min(workspaces, MaximumConcurrency)
-    lambda_concurrency_needed: int  # p99 busy groups: what MaximumConcurrency should allow
     mean_wait_seconds: float  # per workspace, before a job starts (math.inf when saturated)
     concurrency_wait_seconds: float  # extra wait for a free invocation (math.inf when overall saturated)
     records_per_invocation: float
@@ -265,6 +264,11 @@ class Plan:
     monthly_usd: float
     warnings: list[str]
     assumptions: list[str]
+
+    @property
+    def lambda_concurrency_needed(self) -> int:
+        """The p99 of busy groups: what MaximumConcurrency should allow."""
+        return self.p99_busy_groups
 
     @property
     def saturated(self) -> bool:
@@ -401,7 +405,6 @@ def estimate(inputs: PlanInput) -> Plan:
         mean_busy_groups=mean_busy,
         p99_busy_groups=p99_busy,
         concurrency_cap=cap,
-        lambda_concurrency_needed=p99_busy,
         mean_wait_seconds=wait,
         concurrency_wait_seconds=concurrency_wait,
         records_per_invocation=records,
@@ -436,7 +439,7 @@ def _warnings(
         warnings.append(
             f"the jobs need {offered:.1f} concurrent invocations on average, at or above WorkerMaximumConcurrency "
             f"({deployment.maximum_concurrency}): the queue grows without bound. Raise WorkerMaximumConcurrency (and "
-            f"WorkerReservedConcurrency) to at least {min(inputs.workspaces, p99_busy)}."
+            f"WorkerReservedConcurrency) to at least {p99_busy}."
         )
     elif p99_busy > deployment.maximum_concurrency:
         warnings.append(

@@ -196,8 +196,10 @@ def _reason_failed(reason: Mapping[str, Any]) -> bool:
     return reason.get("Code") == "ConditionalCheckFailed"
 
 
-# A failed attempt may be retried while fewer than max_attempts - 1 failures are recorded (`:lastfailure`).
+# A failed attempt may be retried while fewer than max_attempts - 1 failures are recorded (`:lastfailure`); a retried
+# one counts one more (`_failure_values` gives the three values).
 _FAILURES_LEFT = "(attribute_not_exists(failures) OR failures < :lastfailure)"
+_COUNT_FAILURE = "failures = if_not_exists(failures, :zero) + :one"
 
 
 class JobGuard:
@@ -224,6 +226,9 @@ class JobGuard:
             raise ValueError(f"max_claims ({max_claims}) must be at least max_attempts ({max_attempts})")
         self._ttl_seconds = ttl_days * 86_400
         self._clock = clock
+
+    def _failure_values(self) -> dict[str, int]:
+        return {":zero": 0, ":one": 1, ":lastfailure": self._max_attempts - 1}
 
     def now(self) -> int:
         """The guard's clock (epoch ms), which lease expiries are measured against."""
@@ -603,7 +608,7 @@ class JobGuard:
                     Key=_wire({"pk": job_key(lease.job_id)}),
                     UpdateExpression=(
                         "SET #status = :failed, #error = :error, updatedAt = :now,"
-                        " failures = if_not_exists(failures, :zero) + :one, history = list_append(history, :entry)"
+                        f" {_COUNT_FAILURE}, history = list_append(history, :entry)"
                     ),
                     ConditionExpression=f"leaseOwner = :owner AND #status = :inflight AND {_FAILURES_LEFT}",
                     ExpressionAttributeNames={"#status": "status", "#error": "error"},
@@ -614,9 +619,7 @@ class JobGuard:
                             ":error": error,
                             ":now": now,
                             ":owner": lease.owner,
-                            ":zero": 0,
-                            ":one": 1,
-                            ":lastfailure": self._max_attempts - 1,
+                            **self._failure_values(),
                             ":entry": [{"status": str(JobStatus.FAILED), "at": now, "error": error[:500]}],
                         }
                     ),
@@ -1384,9 +1387,7 @@ class JobGuard:
             ":error": error,
             ":now": now,
             ":owner": lease.owner,
-            ":zero": 0,
-            ":one": 1,
-            ":lastfailure": self._max_attempts - 1,
+            **self._failure_values(),
             ":pws": lease.workspace_id,
             ":pseq": lease.parked_seq or parked_sequence(None, now),
             ":entry": [{"status": str(JobStatus.PARKED), "at": now, "error": error[:500], "resumeId": lease.resume_id}],
@@ -1397,7 +1398,7 @@ class JobGuard:
                 "Key": _wire({"pk": job_key(lease.job_id)}),
                 "UpdateExpression": (
                     "SET #status = :parked, #error = :error, updatedAt = :now, parkedWorkspace = :pws,"
-                    " parkedSeq = :pseq, failures = if_not_exists(failures, :zero) + :one,"
+                    f" parkedSeq = :pseq, {_COUNT_FAILURE},"
                     " history = list_append(history, :entry)"
                 ),
                 "ConditionExpression": f"leaseOwner = :owner AND #status = :inflight AND {_FAILURES_LEFT}",
