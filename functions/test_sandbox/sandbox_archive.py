@@ -12,12 +12,13 @@ import hashlib
 import io
 import os
 import re
+import ssl
 import tarfile
 import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from sandbox_runner import SandboxRequestError
@@ -82,14 +83,18 @@ def extract_archive(data: bytes, destination: Path, limits: ArchiveLimits) -> in
     """Unpack the .tar.gz `data` into the empty folder `destination`; returns the number of members.
 
     Every member is checked before anything is written: at most `limits.members` of them and `limits.extracted_bytes`
-    in all (a gzip bomb is refused on the headers it declares, before its data is inflated), and tarfile's "data"
-    filter refuses absolute paths, `..`, links that point outside the folder, devices and setuid bits.
+    in all (a gzip bomb is refused on the headers it declares, before its data is inflated); only files, folders and
+    links, each with a relative path that stays in the folder, links whose targets stay in it too, and nothing
+    written through a link. tarfile's "data" filter checks the same again where the interpreter has it (3.11.4+),
+    and clears setuid bits and ownership.
     """
     try:
         with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as archive:
             members: list[tarfile.TarInfo] = []
+            links: set[PurePosixPath] = set()
             total = 0
             for member in archive:
+                _refuse_unsafe_member(member, links)
                 members.append(member)
                 total += max(member.size, 0)
                 if len(members) > limits.members:
@@ -102,12 +107,60 @@ def extract_archive(data: bytes, destination: Path, limits: ArchiveLimits) -> in
                         f"the checkout unpacks to more than {limits.extracted_bytes} bytes"
                         " (SANDBOX_MAX_EXTRACTED_BYTES); test a smaller tree or raise the limit"
                     )
-            archive.extractall(destination, members=members, filter="data")
-    except tarfile.FilterError as error:
+            if hasattr(tarfile, "data_filter"):
+                archive.extractall(destination, members=members, filter="data")
+            else:
+                archive.extractall(destination, members=[_owned_by_us(member) for member in members])
+    except _FILTER_ERRORS as error:
         raise SandboxRequestError(f"the checkout has an unsafe entry, refused: {error}") from error
     except (tarfile.TarError, EOFError, OSError, ValueError) as error:
         raise SandboxRequestError(f"the checkout is not a readable .tar.gz: {error}") from error
     return len(members)
+
+
+_FILTER_ERRORS: tuple[type[Exception], ...] = (tarfile.FilterError,) if hasattr(tarfile, "FilterError") else ()
+
+
+def _refuse_unsafe_member(member: tarfile.TarInfo, links: set[PurePosixPath]) -> None:
+    """A checkout holds files, folders and links with relative paths that never climb, never through a link."""
+    path = _safe_path(member.name)
+    if any(parent in links for parent in path.parents):
+        raise _unsafe(member.name, "is written through a link")
+    if member.issym():
+        target = member.linkname
+        if target.startswith("/") or _climbs(path.parent / target):
+            raise _unsafe(member.name, f"links to {target!r}, outside the checkout")
+        links.add(path)
+    elif member.islnk():
+        _safe_path(member.linkname)
+    elif not (member.isfile() or member.isdir()):
+        raise _unsafe(member.name, "is not a file, a folder or a link")
+
+
+def _safe_path(name: str) -> PurePosixPath:
+    if name.startswith("/") or ".." in PurePosixPath(name).parts:
+        raise _unsafe(name, "is absolute or leaves the folder")
+    return PurePosixPath(name)
+
+
+def _climbs(path: PurePosixPath) -> bool:
+    depth = 0
+    for part in path.parts:
+        depth += -1 if part == ".." else 0 if part == "." else 1
+        if depth < 0:
+            return True
+    return False
+
+
+def _unsafe(name: str, why: str) -> SandboxRequestError:
+    return SandboxRequestError(f"the checkout has an unsafe entry, refused: {name!r} {why}")
+
+
+def _owned_by_us(member: tarfile.TarInfo) -> tarfile.TarInfo:
+    """What the data filter does to a member's ownership and mode, for interpreters without it."""
+    member.uid, member.gid, member.uname, member.gname = os.getuid(), os.getgid(), "", ""
+    member.mode &= 0o755
+    return member
 
 
 def _inline(encoded: Any, limits: ArchiveLimits) -> bytes:
@@ -134,8 +187,7 @@ def _download(url: Any, size: Any, limits: ArchiveLimits) -> bytes:
         )
     buffer = bytearray()
     try:
-        # https only (checked above); redirects are followed by urllib only to http(s), never to file: URLs.
-        with urllib.request.urlopen(url, timeout=limits.download_timeout_seconds) as response:
+        with _https_opener().open(url, timeout=limits.download_timeout_seconds) as response:
             while chunk := response.read(_READ_CHUNK):
                 buffer += chunk
                 if len(buffer) > size:
@@ -150,6 +202,20 @@ def _download(url: Any, size: Any, limits: ArchiveLimits) -> bytes:
     if len(buffer) != size:
         raise SandboxRequestError(f"the archive at the URL has {len(buffer)} bytes, not the {size} announced")
     return bytes(buffer)
+
+
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """A presigned GET answers with the object or an error; a redirect could lead off https, so it is an error."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+def _https_opener() -> urllib.request.OpenerDirector:
+    # A context per download verifies against the trust store as configured now (SSL_CERT_FILE included).
+    return urllib.request.build_opener(
+        urllib.request.HTTPSHandler(context=ssl.create_default_context()), _NoRedirects()
+    )
 
 
 def _too_large(limits: ArchiveLimits) -> SandboxRequestError:

@@ -1,17 +1,19 @@
-"""run_test_command: outcomes, a scrubbed environment, a timeout that kills the whole process group, bounded output."""
+"""The sandbox's test runner: outcomes, a scrubbed environment, a timeout that kills the whole process group, bounded
+output, and the leftovers of a run killed afterwards."""
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from jobs import test_runner
-from jobs.errors import PermanentJobError
+import sandbox_runner as test_runner
+from sandbox_runner import SandboxRequestError
 
 PYTHON = sys.executable
 
@@ -80,8 +82,8 @@ def test_runner_reports_a_failing_command_with_stdout_and_stderr(tmp_path: Path)
     assert run.output_tail == "1 failed\nboom\n"
 
 
-def test_runner_child_cannot_see_credentials_or_worker_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    # Given a worker whose environment holds AWS credentials, a token and its own settings
+def test_runner_child_cannot_see_credentials_or_function_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    # Given a function whose environment holds AWS credentials, a token and Lambda's own variables
     withheld = {
         "AWS_ACCESS_KEY_ID": "AKIAWORKERKEY0000",
         "AWS_SECRET_ACCESS_KEY": "worker-secret-access-key",
@@ -90,6 +92,10 @@ def test_runner_child_cannot_see_credentials_or_worker_settings(tmp_path: Path, 
         "TABLE_NAME": "agent-jobs-table",
         "QUEUE_URL": "https://sqs.example/agent-jobs.fifo",
         "POWERTOOLS_SERVICE_NAME": "agent-jobs-worker",
+        "AWS_LAMBDA_RUNTIME_API": "127.0.0.1:9001",
+        "_HANDLER": "sandbox_app.lambda_handler",
+        "LAMBDA_TASK_ROOT": "/var/task",
+        "SANDBOX_MAX_MEMBERS": "100",
     }
     for name, value in withheld.items():
         monkeypatch.setenv(name, value)
@@ -100,7 +106,6 @@ def test_runner_child_cannot_see_credentials_or_worker_settings(tmp_path: Path, 
         "NPM_TOKEN": "passed-npm-token",
         "DATABASE_PASSWORD": "passed-password",
         "TABLE_NAME": "passed-table",
-        "WORKSPACES_ROOT": "/passed/root",
         "my_api_key": "passed-api-key",
         "TEST_SUITE_MODE": "strict",
     }
@@ -120,7 +125,7 @@ def test_runner_child_cannot_see_credentials_or_worker_settings(tmp_path: Path, 
         if value != "strict":
             assert value not in run.output_tail
     assert child_environment["TEST_SUITE_MODE"] == "strict"
-    assert child_environment["LANG"] == "C.UTF-8"  # allow-listed from the worker
+    assert child_environment["LANG"] == "C.UTF-8"  # allow-listed
     assert not any(name.startswith("AWS_") for name in child_environment)
 
 
@@ -129,11 +134,11 @@ def test_runner_scrubbed_environment_keeps_only_the_allow_list(monkeypatch: pyte
     monkeypatch.setenv("SOME_WORKER_VARIABLE", "x")
     monkeypatch.setenv("_X_AMZN_TRACE_ID", "Root=1")
 
-    environment = test_runner.scrubbed_environment({"CI": "1", "Private_Key_Path": "/k", "MAX_ATTEMPTS": "9"})
+    environment = test_runner.scrubbed_environment({"CI": "1", "Private_Key_Path": "/k", "_HANDLER": "x"})
 
     assert environment["PATH"] == "/usr/bin"
     assert environment["CI"] == "1"
-    for name in ("SOME_WORKER_VARIABLE", "_X_AMZN_TRACE_ID", "Private_Key_Path", "MAX_ATTEMPTS", "AWS_ACCESS_KEY_ID"):
+    for name in ("SOME_WORKER_VARIABLE", "_X_AMZN_TRACE_ID", "Private_Key_Path", "_HANDLER", "AWS_ACCESS_KEY_ID"):
         assert name not in environment
 
 
@@ -212,17 +217,41 @@ def test_runner_refuses_a_command_string(tmp_path: Path):
 
 
 def test_runner_missing_command_is_permanent_and_names_it(tmp_path: Path):
-    with pytest.raises(PermanentJobError, match=r"'no-such-test-runner-xyz'.*fix the workspace's registered test"):
+    with pytest.raises(
+        SandboxRequestError, match=r"'no-such-test-runner-xyz'.*fix the workspace's registered test"
+    ) as e:
         test_runner.run_test_command(["no-such-test-runner-xyz"], cwd=tmp_path, timeout_seconds=30)
+    assert e.value.permanent is True
 
 
-@pytest.mark.parametrize(
-    ("remaining_ms", "margin_ms", "ceiling", "expected"),
-    [
-        (120_000, 10_000, 900.0, 110.0),  # bounded by the invocation
-        (120_000, 10_000, 60.0, 60.0),  # bounded by the ceiling
-        (8_000, 10_000, 60.0, 0.0),  # no time left
-    ],
-)
-def test_runner_timeout_is_bounded_by_the_invocation(remaining_ms: int, margin_ms: int, ceiling: float, expected):
-    assert test_runner.test_timeout_seconds(remaining_ms, margin_ms, ceiling) == expected
+def test_runner_kill_leftovers_ends_a_setsid_daemon_and_spares_older_descendants(tmp_path: Path):
+    # Given a process of ours that ran before the tests, and a test that double-forks a setsid daemon
+    older = subprocess.Popen([*python("import time; time.sleep(60)")])
+    spared = test_runner.descendants()
+    daemon_code = (
+        "import os, subprocess, sys, time\n"
+        "if os.fork() == 0:\n"
+        "    os.setsid()\n"
+        "    d = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)'], stdout=subprocess.DEVNULL)\n"
+        "    print(f'daemon pid {d.pid}', flush=True)\n"
+        "    os._exit(0)\n"
+        "time.sleep(0.5)\n"
+    )
+    try:
+        assert test_runner.adopt_orphans(True)
+        run = test_runner.run_test_command(python(daemon_code), cwd=tmp_path, timeout_seconds=30)
+        daemon = int(run.output_tail.split("daemon pid ")[1].split()[0])
+        assert not process_is_gone(daemon)  # it outlived the run: out of the group's reach
+
+        # When the leftovers are killed
+        killed = test_runner.kill_leftovers(spared=spared, whole_uid=False)
+    finally:
+        test_runner.adopt_orphans(False)
+
+    # Then the daemon is gone, the older process is not
+    assert daemon in killed
+    assert wait_until_gone(daemon)
+    assert older.pid not in killed
+    assert older.poll() is None
+    older.kill()
+    older.wait()
