@@ -26,7 +26,14 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from sandbox_archive import ArchiveLimits, extract_archive, load_archive
-from sandbox_runner import SandboxRequestError, adopt_orphans, descendants, kill_leftovers, run_test_command
+from sandbox_runner import (
+    SandboxRequestError,
+    adopt_orphans,
+    descendants,
+    hide_own_environment,
+    kill_leftovers,
+    run_test_command,
+)
 
 EVENT_VERSION = 1
 # Time kept back from the invocation's own deadline: to kill the tests, clean up and answer before Lambda stops us.
@@ -50,6 +57,7 @@ def lambda_handler(event: dict[str, Any], context: InvocationContext | None) -> 
     if timeout <= 0:
         return _refused(event, SandboxRequestError("no time left in this invocation to run the tests", permanent=False))
     work = Path(tempfile.mkdtemp(prefix="sandbox-", dir=os.environ.get("SANDBOX_WORK_ROOT") or None))
+    hide_own_environment()
     spared = descendants()
     adopt_orphans(True)
     try:

@@ -31,6 +31,7 @@ _RUNTIME_VARIABLES = frozenset({"_HANDLER", "LD_LIBRARY_PATH", "PYTHONPATH", "TA
 _READ_CHUNK = 64 * 1024
 _POLL_SECONDS = 0.02
 _DRAIN_SECONDS = 2.0
+_PR_SET_DUMPABLE = 4
 _PR_SET_CHILD_SUBREAPER = 36
 
 
@@ -132,13 +133,24 @@ def run_test_command(
     return TestRun("passed" if exit_code == 0 else "failed", exit_code, duration, tail.text(), tail.truncated)
 
 
+def hide_own_environment() -> bool:
+    """Make this process non-dumpable: its /proc entries (environ, mem, fd) become root's, so a test command of the
+    same uid cannot read the credentials Lambda put in this process's environment. A command's own processes are
+    dumpable again after exec. False where unsupported."""
+    return _prctl(_PR_SET_DUMPABLE, 0)
+
+
 def adopt_orphans(enabled: bool = True) -> bool:
     """Make this process the child subreaper (or stop being one): a daemon a test starts (double fork, setsid) is
     re-parented to this process instead of to init, so it stays a descendant that `kill_leftovers` finds.
     False where unsupported."""
+    return _prctl(_PR_SET_CHILD_SUBREAPER, int(enabled))
+
+
+def _prctl(option: int, value: int) -> bool:
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        return int(libc.prctl(_PR_SET_CHILD_SUBREAPER, int(enabled), 0, 0, 0)) == 0
+        return int(libc.prctl(option, value, 0, 0, 0)) == 0
     except (OSError, AttributeError):
         return False
 

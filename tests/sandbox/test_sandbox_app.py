@@ -273,7 +273,7 @@ SYSTEM_PYTHON = Path("/usr/bin/python3")
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or not SYSTEM_PYTHON.exists(), reason="needs root and a system interpreter")
-def test_sandbox_in_lambda_kills_every_other_process_of_its_uid():
+def test_sandbox_in_lambda_kills_every_other_process_of_its_uid_and_hides_its_environment():
     # Given a process of the function's uid left by an earlier invocation, outside the handler's process tree
     uid = 54_321
     task = Path(tempfile.mkdtemp(prefix="sandbox-task-"))
@@ -283,7 +283,9 @@ def test_sandbox_in_lambda_kills_every_other_process_of_its_uid():
     task.chmod(0o755)
     work_root.chmod(0o777)
     earlier = subprocess.Popen(["sleep", "300"], user=uid, group=uid, start_new_session=True)
-    event = sandbox_event(inline(tar_gz([file_member("ok.sh", b"#!/bin/sh\necho ok\n", mode=0o755)])), ["./ok.sh"])
+    # And a test command that reads its parent's environment, where Lambda keeps the function's credentials
+    reader = b"#!/bin/sh\ntr '\\0' '\\n' < /proc/$PPID/environ\necho read=$?\n"
+    event = sandbox_event(inline(tar_gz([file_member("ok.sh", reader, mode=0o755)])), ["./ok.sh"])
     script = (
         "import json, sys, sandbox_app\nprint(json.dumps(sandbox_app.lambda_handler(json.load(sys.stdin), None)))\n"
     )
@@ -292,6 +294,7 @@ def test_sandbox_in_lambda_kills_every_other_process_of_its_uid():
         "PYTHONPATH": str(task),
         "SANDBOX_WORK_ROOT": str(work_root),
         "AWS_LAMBDA_RUNTIME_API": "127.0.0.1:9001",  # as in Lambda: the whole uid is the sandbox's
+        "AWS_SECRET_ACCESS_KEY": "the-function-role-secret",
     }
     try:
         # When the handler runs as that uid
@@ -310,7 +313,10 @@ def test_sandbox_in_lambda_kills_every_other_process_of_its_uid():
 
         # Then the run passed, the earlier process is gone, and so is the work folder
         assert handler.returncode == 0, handler.stderr
-        assert json.loads(handler.stdout)["outcome"] == "passed", handler.stderr
+        response = json.loads(handler.stdout)
+        assert response["outcome"] == "passed", handler.stderr
+        assert "the-function-role-secret" not in response["outputTail"]
+        assert "read=0" not in response["outputTail"]  # the parent's environ is not readable at all
         assert earlier.wait(timeout=10) == -9
         assert list(work_root.iterdir()) == []
     finally:
