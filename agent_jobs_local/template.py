@@ -229,6 +229,10 @@ class FunctionSettings:
     timeout_seconds: int
     memory_size_mb: int
     reserved_concurrency: int | None
+    # TenancyConfig.TenantIsolationMode (PER_TENANT: every invocation names its tenant, and an execution environment
+    # never serves two tenants); None when the function has no TenancyConfig.
+    tenant_isolation_mode: str | None = None
+    ephemeral_storage_mb: int = 512
 
 
 @dataclass(frozen=True)
@@ -567,6 +571,8 @@ class TemplateModel:
     def function_settings(self, function_id: str) -> FunctionSettings:
         properties = self.function_properties(function_id)
         reserved = self.resolve(properties.get("ReservedConcurrentExecutions"))
+        mode = (self.resolve(properties.get("TenancyConfig")) or {}).get("TenantIsolationMode")
+        storage = self.resolve(properties.get("EphemeralStorage")) or {}
         return FunctionSettings(
             function_id=function_id,
             code_uri=str(self.resolve(properties.get("CodeUri", "."))),
@@ -576,7 +582,36 @@ class TemplateModel:
             timeout_seconds=_as_int(self.resolve(properties.get("Timeout", 3)), f"{function_id} Timeout"),
             memory_size_mb=_as_int(self.resolve(properties.get("MemorySize", 128)), f"{function_id} MemorySize"),
             reserved_concurrency=None if reserved is None else _as_int(reserved, f"{function_id} reserved concurrency"),
+            tenant_isolation_mode=None if mode is None else str(mode),
+            ephemeral_storage_mb=_as_int(self.resolve(storage.get("Size", 512)), f"{function_id} EphemeralStorage"),
         )
+
+    def function_name(self, function_id: str) -> str:
+        """FunctionName resolved for this stack; without one, a stable `<stack>-<id>` name (CloudFormation would add a
+        random suffix), within Lambda's 64 characters. The local runtime serves the function under this name."""
+        properties = self.function_properties(function_id)
+        if "FunctionName" in properties:
+            return str(self.resolve(properties["FunctionName"]))
+        return f"{self.stack_name}-{function_id}"[:64]
+
+    def function_arn(self, function_id: str) -> str:
+        return f"arn:{self.partition}:lambda:{self.region}:{self.account_id}:function:{self.function_name(function_id)}"
+
+    def directly_invoked_functions(self) -> list[str]:
+        """The functions no event source or API feeds (no Events): other functions invoke them through Lambda's
+        Invoke call."""
+        return [
+            function_id
+            for function_id in self.resources_of_type("AWS::Serverless::Function")
+            if not self.function_properties(function_id).get("Events")
+        ]
+
+    def function_own_environment(self, function_id: str, references: References | None = None) -> dict[str, str]:
+        """The environment variables the function declares itself, resolved; without those of Globals.Function."""
+        own = self.resource(function_id, "AWS::Serverless::Function").get("Properties") or {}
+        variables = (own.get("Environment") or {}).get("Variables") or {}
+        resolved = self.resolve(variables, references) or {}
+        return {name: _parameter_string(value) for name, value in resolved.items()}
 
     def function_environment(self, function_id: str, references: References | None = None) -> dict[str, str]:
         """The function's environment variables (Globals merged), resolved against `references`."""
@@ -1005,6 +1040,11 @@ def provision(
         bucket_name = model.bucket_name(bucket_id)
         references[bucket_id] = {"Ref": bucket_name, "Arn": f"arn:{model.partition}:s3:::{bucket_name}"}
         _create_bucket(clients.s3, model, bucket_id, references)
+
+    # Functions are not created here, but a function's environment may name another (`!Ref TestSandboxFunction`):
+    # the names are the ones the local runtime serves them under.
+    for function_id in model.resources_of_type("AWS::Serverless::Function"):
+        references[function_id] = {"Ref": model.function_name(function_id), "Arn": model.function_arn(function_id)}
 
     return ProvisionedResources(
         queue_url=queue_url,
