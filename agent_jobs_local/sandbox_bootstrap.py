@@ -1,0 +1,67 @@
+"""The runtime inside a local sandbox: one invocation of a Lambda handler, with the standard library only.
+
+Bound read-only into the sandbox (never with the rest of this package) and run as `python3 -I bootstrap.py`. It reads
+`{"handler", "event", "timeoutSeconds", "functionName", "memoryLimitInMb", "requestId", "tenantId"}` as JSON on stdin,
+imports the handler from /var/task, calls it with a context whose remaining time counts down from the function's
+Timeout, and writes `{"result": ...}` or, when the handler raised, `{"errorMessage", "errorType", "stackTrace"}` as
+one JSON document on its standard output. Everything the handler prints goes to standard error (its log), so nothing
+it prints can be taken for the answer.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import sys
+import time
+import traceback
+from typing import Any
+
+TASK_ROOT = "/var/task"
+
+
+class LambdaContext:
+    """The attributes of Lambda's Python context object that a handler reads."""
+
+    def __init__(self, request: dict[str, Any]) -> None:
+        self._deadline = time.monotonic() + float(request["timeoutSeconds"])
+        self.function_name = str(request["functionName"])
+        self.function_version = "$LATEST"
+        self.invoked_function_arn = str(request.get("functionArn") or self.function_name)
+        self.memory_limit_in_mb = int(request["memoryLimitInMb"])
+        self.aws_request_id = str(request["requestId"])
+        self.log_group_name = f"/aws/lambda/{self.function_name}"
+        self.log_stream_name = "local-sandbox"
+        self.tenant_id = request.get("tenantId")
+        self.identity = None
+        self.client_context = None
+
+    def get_remaining_time_in_millis(self) -> int:
+        return max(0, int((self._deadline - time.monotonic()) * 1000))
+
+
+def main() -> int:
+    answer = os.fdopen(os.dup(1), "w", encoding="utf-8")
+    os.dup2(2, 1)  # the handler's prints are its log, never the answer
+    sys.stdout = sys.stderr
+    request = json.loads(sys.stdin.buffer.read())
+    context = LambdaContext(request)
+    module_name, _, function_name = str(request["handler"]).rpartition(".")
+    sys.path.insert(0, TASK_ROOT)
+    os.chdir(TASK_ROOT)
+    try:
+        handler = getattr(importlib.import_module(module_name.replace("/", ".")), function_name)
+        document: dict[str, Any] = {"result": handler(request["event"], context)}
+        text = json.dumps(document)
+    except Exception as error:
+        trace = traceback.format_exception(type(error), error, error.__traceback__)
+        sys.stderr.write("".join(trace))
+        text = json.dumps({"errorMessage": str(error), "errorType": type(error).__name__, "stackTrace": trace})
+    answer.write(text)
+    answer.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
