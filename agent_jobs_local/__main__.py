@@ -130,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"  table        {resources.table_name}")
         console.print(f"  payloads     s3://{resources.payload_bucket}  (jobs whose message would be too large)")
         console.print(f"  workspaces   {args.workspaces_root}")
+        print_sandbox(console, runtime)
         console.print(
             f"  env file     {args.env_file}  (sam local invoke/start-api --env-vars {args.env_file})\n"
             f"  CLI          {args.connection_file}  (agent-jobs reads it: agent-jobs halted, ...)"
@@ -149,6 +150,20 @@ def main(argv: list[str] | None = None) -> int:
         except KeyboardInterrupt:
             pass
     return 0
+
+
+def print_sandbox(console: Console, runtime: Any) -> None:
+    """The local Lambda endpoint of the directly invoked functions (the test sandbox), and whether it can sandbox."""
+    endpoint = runtime.lambda_endpoint
+    if endpoint is None:
+        return
+    names = ", ".join(endpoint.function_name(function_id) for function_id in endpoint.functions)
+    console.print(
+        f"  Lambda       {endpoint.url}  (Invoke of {names}; the workers' AWS_ENDPOINT_URL_LAMBDA): every run_tests"
+        " in a new bubblewrap sandbox"
+    )
+    if endpoint.sandbox_error is not None:
+        console.print(f"[bold red]  no sandbox:[/] {endpoint.sandbox_error}; run_tests jobs fail until it is fixed")
 
 
 def print_local_tokens(console: Console, api_url: str, tenant: str) -> None:

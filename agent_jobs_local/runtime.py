@@ -9,7 +9,9 @@ instead; creates the queues and table from the template (`template.provision`); 
 from the template against those resources; serves the producer function's HTTP API in this process
 (`api_server.LocalApiServer`, the handler imported from the function's CodeUri with the layer folder on `sys.path`,
 as `sam local` lays them out, and the producer's environment set in `os.environ`); and starts the worker's SQS event
-source (`poller.EventSourcePoller`), whose invocations run in their own processes.
+source (`poller.EventSourcePoller`), whose invocations run in their own processes. The functions no event feeds (the
+test sandbox the worker invokes) are served by a local Lambda Invoke endpoint (`lambda_endpoint.LocalLambdaEndpoint`):
+the worker gets its URL as AWS_ENDPOINT_URL_LAMBDA, and each invocation runs in a new bubblewrap sandbox.
 
 `time_scale` makes time pass faster for a demo or a test, consistently: the worker's Timeout (the invocation deadline
 and the context's remaining time), the jobs queue's VisibilityTimeout (set on the queue, rounded, at least 1 s), and
@@ -32,6 +34,7 @@ import boto3
 
 from agent_jobs_local.api_server import LocalApiServer, http_api_routes
 from agent_jobs_local.emulator import Emulator
+from agent_jobs_local.lambda_endpoint import LocalLambdaEndpoint
 from agent_jobs_local.poller import EventSourcePoller
 from agent_jobs_local.template import (
     DEFAULT_LOCAL_STACK_NAME,
@@ -80,11 +83,13 @@ class LocalRuntime:
     `workspaces_root` (the worker's WORKSPACES_ROOT; default a new temporary folder), `api_port` (0: a free port),
     `worker_bootstrap` and `bootstrap_config` (passed to `EventSourcePoller`), `concurrency` (default the template's
     MaximumConcurrency), `extra_worker_env` (added to the worker's environment last), `region`, `emulator_log`
-    (where the emulator's output goes).
+    (where the emulator's output goes), `bwrap` (the bubblewrap binary of the test sandbox; default AGENT_JOBS_BWRAP,
+    else `bwrap` on PATH).
 
     After `start()`: `api_url`, `endpoint_url`, `resources` (`ProvisionedResources`), `model` (the `TemplateModel`
-    for the provisioned account), `function_env` (function id -> environment), `poller`, `api`. `stop()` stops
-    everything in reverse order and restores this process's environment.
+    for the provisioned account), `function_env` (function id -> environment), `poller`, `api`, `lambda_endpoint`
+    (None when every function has an event source). `stop()` stops everything in reverse order and restores this
+    process's environment.
     """
 
     def __init__(
@@ -103,6 +108,7 @@ class LocalRuntime:
         extra_worker_env: Mapping[str, str] | None = None,
         region: str = DEFAULT_REGION,
         emulator_log: Path | None = None,
+        bwrap: str | None = None,
     ) -> None:
         if time_scale <= 0:
             raise ValueError(f"time_scale must be positive, got {time_scale}")
@@ -118,6 +124,7 @@ class LocalRuntime:
         self.extra_worker_env = dict(extra_worker_env or {})
         self.region = region
         self.emulator_log = emulator_log
+        self.bwrap = bwrap
         self._given_endpoint = endpoint_url
         self._emulator: Emulator | None = None
         self._endpoint_url: str | None = endpoint_url
@@ -126,6 +133,7 @@ class LocalRuntime:
         self._function_env: dict[str, dict[str, str]] = {}
         self._api: LocalApiServer | None = None
         self._poller: EventSourcePoller | None = None
+        self._lambda_endpoint: LocalLambdaEndpoint | None = None
         self._saved_environ: dict[str, str | None] = {}
         self._added_sys_path: list[str] = []
 
@@ -155,6 +163,11 @@ class LocalRuntime:
         self._model, self._resources = model, resources
         self._scale_visibility_timeout()
 
+        if model.directly_invoked_functions():
+            self._lambda_endpoint = LocalLambdaEndpoint(
+                model, template_dir=self.template_path.parent, references=resources.references, bwrap=self.bwrap
+            ).start()
+
         worker_id = model.worker.function.function_id
         for function_id in model.resources_of_type("AWS::Serverless::Function"):
             environment = scale_durations(
@@ -162,6 +175,9 @@ class LocalRuntime:
             )
             if function_id == worker_id:
                 environment["WORKSPACES_ROOT"] = str(self.workspaces_root)
+                if self._lambda_endpoint is not None:
+                    # boto3 prefers the service's own endpoint variable to AWS_ENDPOINT_URL (the emulator).
+                    environment["AWS_ENDPOINT_URL_LAMBDA"] = self._lambda_endpoint.url
                 environment.update(self.extra_worker_env)
             self._function_env[function_id] = environment
 
@@ -189,6 +205,8 @@ class LocalRuntime:
             self._poller.stop()
         if self._api is not None:
             self._api.stop()
+        if self._lambda_endpoint is not None:
+            self._lambda_endpoint.stop()
         for name, value in self._saved_environ.items():
             if value is None:
                 os.environ.pop(name, None)
@@ -329,6 +347,11 @@ class LocalRuntime:
         return {function_id: dict(environment) for function_id, environment in self._function_env.items()}
 
     @property
+    def lambda_endpoint(self) -> LocalLambdaEndpoint | None:
+        """The local Lambda Invoke endpoint of the directly invoked functions (the test sandbox)."""
+        return self._lambda_endpoint
+
+    @property
     def poller(self) -> EventSourcePoller:
         poller: EventSourcePoller = self._require(self._poller, "poller")
         return poller
@@ -355,6 +378,7 @@ class LocalRuntime:
         `{"EnqueueApiFunction": {"TABLE_NAME": ..., "QUEUE_URL": ..., "AWS_ENDPOINT_URL": ...}, "JobWorkerFunction":
         {...}}`, with the template's (unscaled) values, since `sam local` runs the functions with their real Timeout.
 
+        A function named by reference (the worker's TEST_SANDBOX_FUNCTION) has the name this runtime serves it under.
         AWS_ENDPOINT_URL is `endpoint_for_containers`, default the emulator's URL with its loopback host replaced by
         host.docker.internal (how a function's container reaches this machine). SAM only applies variables the
         template declares for the function, which is why template.yaml declares AWS_ENDPOINT_URL through its

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import random
-import sys
 import threading
 import time
 import urllib.error
@@ -47,7 +46,8 @@ POISON_BODY = '{"jobId": "poison", "workspaceId": '  # truncated JSON: no worker
 BASE_BRANCH = "main"
 GITHUB_OWNER = "agents"
 TEST_SUITE = "unit"
-PASSING_TEST_COMMAND = (sys.executable, "-c", "print('tests pass')")
+# Run in the test sandbox, which has the interpreter's python3 and /usr, never this process's virtual environment.
+PASSING_TEST_COMMAND = ("python3", "-c", "print('tests pass')")
 DEFAULT_TENANT = "default"
 # Long enough for the longest demo run: the agents mint their token once.
 TOKEN_TTL_SECONDS = 6 * 3600
