@@ -14,10 +14,10 @@ CHECKOV_STAMP := $(CHECKOV_VENV)/.installed
 export SAM_CLI_TELEMETRY := 0
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: help venv lint template-lint security-lint test test-fast build build-local demo local chaos bench deploy clean
+.PHONY: help venv sandbox-tools lint template-lint security-lint test test-fast build build-local demo local chaos bench deploy clean
 
 help: ## list the verbs
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
 
 $(STAMP): requirements-dev.txt layers/shared/requirements.txt
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,18 @@ $(STAMP): requirements-dev.txt layers/shared/requirements.txt
 	touch $(STAMP)
 
 venv: $(STAMP) ## create .venv with the pinned development requirements
+
+# The local runtime runs every test command in a bubblewrap sandbox and never without one: install it when missing
+# (as root, with apt-get; refreshing the package lists only when the first try fails), else say the command to run.
+sandbox-tools: ## make sure bwrap (Debian package bubblewrap) is installed for the local test sandbox
+	@command -v bwrap >/dev/null 2>&1 && exit 0; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing bubblewrap (bwrap) for the local test sandbox"; \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null 2>&1 || \
+			{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap; }; \
+	fi; \
+	command -v bwrap >/dev/null 2>&1 || { echo "bwrap is missing: run \`sudo apt-get install bubblewrap\` (the local" \
+		"runtime runs test commands only in its sandbox)" >&2; exit 1; }
 
 lint: $(STAMP) ## ruff (lint + format check) and mypy
 	$(BIN)/ruff check .
@@ -50,10 +62,10 @@ security-lint: $(CHECKOV_STAMP) ## checkov on template.yaml (offline); zero fail
 	BC_SKIP_MAPPING=TRUE CKV_SKIP_PACKAGE_UPDATE_CHECK=TRUE CKV_PARSE_ERROR_FAIL=TRUE \
 		$(CHECKOV_VENV)/bin/checkov -f template.yaml --framework cloudformation --skip-download --compact --quiet
 
-test: lint template-lint security-lint ## everything CI runs: lint, template lint, security scan, all tests
+test: sandbox-tools lint template-lint security-lint ## everything CI runs: lint, template lint, security scan, all tests
 	$(BIN)/python -m pytest
 
-test-fast: $(STAMP) ## the tests without the sam build ones
+test-fast: sandbox-tools $(STAMP) ## the tests without the sam build ones
 	$(BIN)/python -m pytest -m "not build"
 
 build: $(STAMP) ## sam build (arm64 layer cross-installed with pip; no Docker needed)
@@ -63,13 +75,13 @@ build-local: $(STAMP) ## sam build with the layer's wheels for this machine (to 
 	LAYER_PLATFORM=manylinux2014_$$(uname -m) LAYER_PYTHON_VERSION=$$($(BIN)/python -c 'import sys; print("%d.%d" % sys.version_info[:2])') \
 		$(BIN)/sam build --no-cached --build-dir .aws-sam/build-local
 
-demo: $(STAMP) ## run the whole system locally (embedded emulator, API, workers) under a faulty workload, then verify
+demo: sandbox-tools $(STAMP) ## run the whole system locally (embedded emulator, API, workers) under a faulty workload, then verify
 	$(BIN)/python -m agent_jobs_local demo $(DEMO_ARGS)
 
-local: $(STAMP) ## run the local stack for manual use; writes env.local.json (sam local) and .agent-jobs/local.json (agent-jobs)
+local: sandbox-tools $(STAMP) ## run the local stack for manual use; writes env.local.json (sam local) and .agent-jobs/local.json (agent-jobs)
 	$(BIN)/python -m agent_jobs_local local $(LOCAL_ARGS)
 
-chaos: $(STAMP) ## the chaos suite at a larger size (CHAOS_JOBS, default 1000)
+chaos: sandbox-tools $(STAMP) ## the chaos suite at a larger size (CHAOS_JOBS, default 1000)
 	CHAOS_JOBS=$${CHAOS_JOBS:-1000} CHAOS_WORKSPACES=$${CHAOS_WORKSPACES:-40} $(BIN)/python -m pytest tests/system -q
 
 bench: $(STAMP) ## benchmarks against the naive pattern measured in the same run; rewrites BENCHMARKS.md
