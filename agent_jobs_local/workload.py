@@ -17,7 +17,7 @@ import urllib.error
 import urllib.request
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -186,15 +186,17 @@ def github_repository_of(workspace_id: str) -> str:
     return f"{GITHUB_OWNER}/{workspace_id}"
 
 
-def create_remote(path: Path, workspace_id: str) -> Path:
-    """A bare git repository at `path` (absolute) whose `main` has one commit with a README.md, as a person who
-    created the repository would leave it. Returns the path."""
+def create_remote(path: Path, workspace_id: str, files: Mapping[str, bytes] | None = None) -> Path:
+    """A bare git repository at `path` (absolute) whose `main` has one commit with a README.md (and `files`, top-level
+    names to contents), as a person who created the repository would leave it. Returns the path."""
     path = path.resolve()
     path.mkdir(parents=True, exist_ok=False)
     with Repo.init_bare(str(path)) as repo:
         readme = Blob.from_string(f"# {workspace_id}\n\nA workspace of the Agent Jobs demo.\n".encode())
+        blobs = {"README.md": readme, **{name: Blob.from_string(content) for name, content in (files or {}).items()}}
         tree = Tree()
-        tree.add(b"README.md", 0o100644, readme.id)
+        for name, blob in blobs.items():
+            tree.add(name.encode(), 0o100644, blob.id)
         commit = Commit()
         commit.tree = tree.id
         commit.parents = []
@@ -202,7 +204,7 @@ def create_remote(path: Path, workspace_id: str) -> Path:
         commit.author_time = commit.commit_time = int(time.time())
         commit.author_timezone = commit.commit_timezone = 0
         commit.message = b"Initial commit\n"
-        for obj in (readme, tree, commit):
+        for obj in (*blobs.values(), tree, commit):
             repo.object_store.add_object(obj)
         main = Ref(f"refs/heads/{BASE_BRANCH}".encode())
         repo.refs[main] = commit.id
@@ -210,28 +212,37 @@ def create_remote(path: Path, workspace_id: str) -> Path:
     return path
 
 
-def registration_body(remote: Path, workspace_id: str, github_api_url: str) -> dict[str, Any]:
-    """The `PUT /workspaces/{workspaceId}` body of a demo workspace (no token: the local fake GitHub needs none)."""
+def registration_body(
+    remote: Path, workspace_id: str, github_api_url: str, test_command: Sequence[str] = PASSING_TEST_COMMAND
+) -> dict[str, Any]:
+    """The `PUT /workspaces/{workspaceId}` body of a demo workspace (no token: the local fake GitHub needs none); its
+    `TEST_SUITE` runs `test_command`."""
     return {
         "remoteUrl": str(remote),
         "branch": branch_of_workspace(workspace_id),
         "baseBranch": BASE_BRANCH,
-        "testCommands": {TEST_SUITE: list(PASSING_TEST_COMMAND)},
+        "testCommands": {TEST_SUITE: list(test_command)},
         "githubRepository": github_repository_of(workspace_id),
         "githubApiUrl": github_api_url,
     }
 
 
 def register_workspaces(
-    api_url: str, remotes: Mapping[str, Path], github_api_url: str, *, tenant_id: str = DEFAULT_TENANT
+    api_url: str,
+    remotes: Mapping[str, Path],
+    github_api_url: str,
+    *,
+    tenant_id: str = DEFAULT_TENANT,
+    test_command: Sequence[str] = PASSING_TEST_COMMAND,
 ) -> dict[str, int]:
-    """Register each workspace's remote through the API for `tenant_id`; returns workspace -> status (201 created,
-    200 updated). Retries 5xx and 429 a few times; raises RuntimeError with the API's answer on anything else."""
+    """Register each workspace's remote through the API for `tenant_id`, its test suite running `test_command`;
+    returns workspace -> status (201 created, 200 updated). Retries 5xx and 429 a few times; raises RuntimeError with
+    the API's answer on anything else."""
     statuses: dict[str, int] = {}
     token = mint_token(tenant_id, ttl_seconds=TOKEN_TTL_SECONDS)
     for ws, remote in remotes.items():
         url = f"{api_url.rstrip('/')}/workspaces/{ws}"
-        body = registration_body(remote, ws, github_api_url)
+        body = registration_body(remote, ws, github_api_url, test_command)
         for attempt in range(6):
             status, answer = _send("PUT", url, body, token)
             if status in (200, 201):
