@@ -210,7 +210,7 @@ def check_bwrap(bwrap: str | None) -> tuple[bool, str]:
         command = bwrap_command(bwrap, probe, None, disable_userns=disable_userns)
         command = [*command[: command.index("--")], "--", "/bin/sh", "-c", "exit 0"]
         try:
-            completed = subprocess.run(command, capture_output=True, text=True, timeout=30, check=False)
+            completed = subprocess.run(command, capture_output=True, text=True, timeout=30, check=False, env={})
         except (OSError, subprocess.TimeoutExpired) as error:
             return False, f"{bwrap} could not be run ({error}); reinstall bubblewrap: {INSTALL_HINT}"
         if completed.returncode == 0:
@@ -284,6 +284,9 @@ def run_sandboxed(
         stderr=subprocess.PIPE,
         start_new_session=True,  # one group: a timeout kills bwrap and anything that could still be outside
         close_fds=True,
+        # bwrap stays the sandbox's PID 1, and its own environment is readable there (/proc/1/environ): give it none
+        # of this process's (credentials, the functions' settings); the sandbox's is set by --clearenv/--setenv.
+        env={},
     )
     assert process.stdin is not None
     assert process.stdout is not None

@@ -205,6 +205,23 @@ def test_timeout_kills_the_sandbox_and_everything_it_started(probe_dir: Path) ->
     assert host_processes_with(marker) == ""
 
 
+def test_no_process_of_the_sandbox_holds_the_callers_environment(
+    probe: LocalLambdaEndpoint, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a caller whose environment holds credentials and settings
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "caller-secret-key")
+    monkeypatch.setenv("QUEUE_URL", "http://caller-queue")
+    # When the sandboxed code reads every environment it can see, bwrap's own (its PID 1) included
+    script = "for f in /proc/[0-9]*/environ; do echo \"$f\"; tr '\\0' '\\n' < $f; done 2>&1"
+    _, payload = invoke(probe, {"action": "shell", "script": script})
+    seen = payload["out"] + payload["err"]
+
+    # Then none of the caller's environment is there
+    assert "/proc/1/environ" in seen
+    assert "caller-secret-key" not in seen
+    assert "caller-queue" not in seen
+
+
 def test_sandbox_sees_no_host_file_process_or_network(probe: LocalLambdaEndpoint, tmp_path: Path) -> None:
     secret = tmp_path / "host-secret.txt"
     secret.write_text("host secret", encoding="utf-8")
