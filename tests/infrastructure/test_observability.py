@@ -121,9 +121,11 @@ def test_metrics_service_dimension_is_the_stack_name_so_stacks_do_not_share_alar
 
 def test_both_functions_trace_actively(model: TemplateModel) -> None:
     functions = model.resources_of_type("AWS::Serverless::Function")
-    assert set(functions) >= {"EnqueueApiFunction", "JobWorkerFunction"}
-    for function_id in functions:
+    assert set(functions) == {"EnqueueApiFunction", "JobWorkerFunction", "TestSandboxFunction"}
+    for function_id in ("EnqueueApiFunction", "JobWorkerFunction"):
         assert model.function_properties(function_id)["Tracing"] == "Active", function_id
+    # The test sandbox does not trace: active tracing needs X-Ray permissions, and it has none but its logs.
+    assert "Tracing" not in model.function_properties("TestSandboxFunction")
 
 
 # ---- dashboard ----------------------------------------------------------------------------------------------------

@@ -274,7 +274,9 @@ def test_policies_grant_what_each_function_needs(template: Template) -> None:
         "ssm:GetParameter",
         "secretsmanager:GetSecretValue",
         "s3:GetObject",
+        "s3:PutObject",
         "s3:ListBucket",
+        "lambda:InvokeFunction",
     }
     # workspace tokens: only under the configured prefix, never every parameter or secret of the account
     token_resources = next(s for s in _statements(template, "JobWorkerFunction") if s.get("Sid") == "WorkspaceTokens")
@@ -329,9 +331,23 @@ def test_payload_bucket_refuses_requests_without_tls(template: Template) -> None
 
 
 def test_functions_know_the_payload_bucket_and_its_retention(template: Template) -> None:
-    variables = template["Globals"]["Function"]["Environment"]["Variables"]
-    assert variables["PAYLOAD_BUCKET"] == {"Ref": "PayloadBucket"}
-    assert variables["PAYLOAD_RETENTION_DAYS"] == {"Ref": "PayloadRetentionDays"}
+    for function_id in ("EnqueueApiFunction", "JobWorkerFunction"):
+        variables = _props(template, function_id)["Environment"]["Variables"]
+        assert variables["PAYLOAD_BUCKET"] == {"Ref": "PayloadBucket"}
+        assert variables["PAYLOAD_RETENTION_DAYS"] == {"Ref": "PayloadRetentionDays"}
+
+
+def test_globals_give_no_function_the_data_plane_settings(template: Template) -> None:
+    # SAM merges Globals into every function, the test sandbox included: settings, layers and tracing live on the
+    # functions that need them.
+    assert set(template["Globals"]["Function"]) == {"Runtime", "Architectures", "MemorySize"}
+
+
+def test_api_and_worker_share_the_same_data_plane_settings(template: Template) -> None:
+    api = _props(template, "EnqueueApiFunction")["Environment"]["Variables"]
+    worker = _props(template, "JobWorkerFunction")["Environment"]["Variables"]
+    assert {name: worker[name] for name in api} == api
+    assert {"TABLE_NAME", "QUEUE_URL", "POWERTOOLS_SERVICE_NAME", "AWS_ENDPOINT_URL"} <= set(api)
 
 
 def test_alarms_watch_dead_letter_depth_and_oldest_message_age(model: TemplateModel) -> None:
@@ -352,6 +368,7 @@ def test_functions_run_python313_on_arm64_with_the_shared_layer(model: TemplateM
     for function_id in model.resources_of_type("AWS::Serverless::Function"):
         settings = model.function_settings(function_id)
         assert (settings.runtime, settings.architectures) == ("python3.13", ("arm64",)), function_id
+    for function_id in ("EnqueueApiFunction", "JobWorkerFunction"):
         assert {"Ref": "SharedLayer"} in model.function_properties(function_id)["Layers"]
     layer = model.properties("SharedLayer")
     assert layer["CompatibleRuntimes"] == ["python3.13"]
@@ -359,7 +376,7 @@ def test_functions_run_python313_on_arm64_with_the_shared_layer(model: TemplateM
 
 
 def test_functions_and_layer_build_with_makefiles_not_containers(model: TemplateModel) -> None:
-    for logical_id in ("SharedLayer", "EnqueueApiFunction", "JobWorkerFunction"):
+    for logical_id in ("SharedLayer", "EnqueueApiFunction", "JobWorkerFunction", "TestSandboxFunction"):
         assert model.resource(logical_id)["Metadata"]["BuildMethod"] == "makefile", logical_id
         code = model.properties(logical_id).get("CodeUri") or model.properties(logical_id)["ContentUri"]
         assert (REPO / code / "Makefile").read_text().count(f"build-{logical_id}:") == 1
