@@ -65,6 +65,8 @@ if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
     from mypy_boto3_sqs.type_defs import ChangeMessageVisibilityBatchRequestEntryTypeDef
 
+    from jobs.sandbox import TestSandbox
+
 # Job-level metrics carry the job's type in this dimension; a rejected message whose type cannot be read counts as
 # UNKNOWN_JOB_TYPE (never a value taken from a bad message, which would make a new metric per message).
 JOB_TYPE_DIMENSION = "JobType"
@@ -347,6 +349,7 @@ class BatchWorker:
             workspace=workspaces.open(workspace_id),
             remaining_ms=context.get_remaining_time_in_millis,
             safety_margin_ms=self.services.settings.time_safety_margin_ms,
+            test_sandbox=self._test_sandbox,
         )
         if isinstance(workspaces, RegisteredWorkspaceStore):
             return replace(
@@ -355,6 +358,11 @@ class BatchWorker:
                 token=lambda: workspaces.token(workspace_id),
             )
         return job_context
+
+    def _test_sandbox(self) -> TestSandbox | None:
+        from jobs.sandbox import TestSandbox  # the first run_tests job loads it, not the cold start
+
+        return TestSandbox.from_services(self.services)
 
     def _parse_or_reject(self, record: SQSRecord, *, resolve_payload_ref: bool = True) -> JobMessage | None:
         group = record.attributes.message_group_id or ""

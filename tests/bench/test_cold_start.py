@@ -21,7 +21,7 @@ WORKER_LAZY_MODULES = (
     "jobs.git_workspace",
     "jobs.patching",
     "jobs.github",
-    "jobs.test_runner",
+    "jobs.sandbox",
     "jobs.tokens",
     "jobs.apply_patch",
     "jobs.run_tests",

@@ -8,12 +8,13 @@ from jobs.workspace import Workspace
 
 if TYPE_CHECKING:
     from agent_jobs.models import RegisteredWorkspace
+    from jobs.sandbox import TestSandbox
 
 
 @dataclass(frozen=True)
 class JobContext:
-    """What a job handler may touch: its workspace, the time left in the invocation, and, for a workspace registered
-    as a git remote, its registration and its token (read on demand)."""
+    """What a job handler may touch: its workspace, the time left in the invocation, for a workspace registered as a
+    git remote its registration and its token (read on demand), and the test sandbox that runs its tests."""
 
     workspace: Workspace
     remaining_ms: Callable[[], int]
@@ -21,3 +22,6 @@ class JobContext:
     token: Callable[[], str | None] = field(default=lambda: None)
     # Time a handler leaves unused at the end of the invocation (the worker's TIME_SAFETY_MARGIN_MS).
     safety_margin_ms: int = 0
+    # The function that runs test commands (TEST_SANDBOX_FUNCTION), None when none is configured; asked for on
+    # demand, so only a run_tests job loads what it takes to pack and send a checkout.
+    test_sandbox: Callable[[], TestSandbox | None] = field(default=lambda: None)

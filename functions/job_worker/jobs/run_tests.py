@@ -1,7 +1,9 @@
 """run_tests: run a named test command of the workspace on the branch head, reusing a stored result.
 
-The command is one the workspace registered (an argv list), never a string from the job. Failing tests are a
-successful job with a failed result; only a run that could not happen (no time left, no such command) is an error.
+The command is one the workspace registered (an argv list), never a string from the job, and it runs in the test
+sandbox function, never inside the worker: the checkout of the head is packed and handed to the sandbox, which runs
+the command for the job's tenant. Failing tests are a successful job with a failed result; only a run that could not
+happen (no time left, no such command, no sandbox) is an error.
 """
 
 from __future__ import annotations
@@ -14,10 +16,7 @@ from agent_jobs.models import RunTestsJob
 from jobs.context import JobContext
 from jobs.errors import PermanentJobError, RetryableJobError
 from jobs.git_workspace import GitWorkspace
-from jobs.test_runner import run_test_command, test_timeout_seconds
-
-# The longest a test run may take at all; within an invocation it also leaves the worker's safety margin unused.
-CEILING_SECONDS = 600.0
+from jobs.sandbox import pack_checkout, test_timeout_seconds
 
 
 def run(job: RunTestsJob, context: JobContext) -> dict[str, Any]:
@@ -38,12 +37,27 @@ def run(job: RunTestsJob, context: JobContext) -> dict[str, Any]:
                 f"workspace {workspace.workspace_id!r} has no test command {suite!r}: add it to testCommands with"
                 f" PUT /workspaces/{workspace.workspace_id}"
             )
-        timeout = test_timeout_seconds(context.remaining_ms(), context.safety_margin_ms, CEILING_SECONDS)
+        sandbox = context.test_sandbox()
+        if sandbox is None:
+            raise PermanentJobError(
+                "no test sandbox is configured: set TEST_SANDBOX_FUNCTION to the test sandbox function"
+                " (template.yaml's TestSandboxFunction); tests never run inside the worker"
+            )
+        timeout = test_timeout_seconds(context.remaining_ms(), context.safety_margin_ms, sandbox.longest_run_seconds)
         if timeout <= 0:
             raise RetryableJobError("not enough time left in this invocation to run the tests")
         with tempfile.TemporaryDirectory(prefix="agent-jobs-tests-") as folder:
             workspace.checkout(head, Path(folder))
-            outcome = run_test_command(argv, cwd=Path(folder), timeout_seconds=timeout)
+            archive = pack_checkout(Path(folder))
+        outcome = sandbox.run(
+            tenant_id=context.registration.tenant_id,
+            workspace_id=workspace.workspace_id,
+            job_id=job.job_id,
+            commit=head,
+            argv=argv,
+            timeout_seconds=timeout,
+            archive=archive,
+        )
         result = {
             "suite": suite,
             "commit": head,

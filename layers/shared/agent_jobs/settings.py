@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Final
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 # The last deliveries of a message before the queue's redrive: the worker parks a failing record on one of them, and a
@@ -12,6 +12,11 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 # dead-letter the job and hand out the next job of its workspace). More than one, so that an invocation that crashes
 # on one of them still leaves another.
 LAST_DELIVERIES: Final = 3
+# The longest a Lambda function can run (its Timeout's maximum), hence the longest a test sandbox invocation can take.
+LAMBDA_MAX_TIMEOUT_SECONDS: Final = 900
+# A sandbox invocation keeps this much of its own Timeout for unpacking the checkout, killing the tests and cleaning
+# up: the tests themselves get at most its Timeout minus this.
+SANDBOX_HEADROOM_SECONDS: Final = 10
 
 
 class Settings(BaseSettings):
@@ -44,6 +49,11 @@ class Settings(BaseSettings):
     # How many message groups (workspaces) of one batch the worker runs at once, each group's records in order on its
     # own thread. A batch holds at most 10 records; 1 runs the batch as one sequential loop.
     group_concurrency: Annotated[int, Field(ge=1, le=10)] = 10
+    # The function that runs a workspace's test command (template.yaml's TestSandboxFunction): run_tests never runs
+    # tests inside the worker, so without it run_tests jobs of git workspaces end DEAD saying to set it.
+    test_sandbox_function: str | None = None
+    # The sandbox function's Timeout (SandboxTimeout): bounds a test run and the worker's wait for its answer.
+    test_sandbox_timeout_seconds: int = 90
 
     # The payload bucket's lifecycle expiration (PayloadRetentionDays); None when not set (no check).
     payload_retention_days: Annotated[int, Field(ge=1)] | None = None
@@ -58,6 +68,22 @@ class Settings(BaseSettings):
     def near_delivery_limit(self, receive_count: int) -> bool:
         """The message is on one of its LAST_DELIVERIES before the queue's redrive."""
         return receive_count > self.max_receive_count - LAST_DELIVERIES
+
+    @field_validator("test_sandbox_timeout_seconds")
+    @classmethod
+    def _sandbox_timeout_within_lambda(cls, value: int) -> int:
+        if value > LAMBDA_MAX_TIMEOUT_SECONDS:
+            raise ValueError(
+                f"TEST_SANDBOX_TIMEOUT_SECONDS ({value}) is above {LAMBDA_MAX_TIMEOUT_SECONDS} s, the longest a Lambda"
+                " function can run; lower SandboxTimeout, or point TEST_SANDBOX_FUNCTION at a function that starts a"
+                " longer-running job (CodeBuild, ECS) and answers with its result"
+            )
+        if value <= SANDBOX_HEADROOM_SECONDS:
+            raise ValueError(
+                f"TEST_SANDBOX_TIMEOUT_SECONDS ({value}) leaves no time for the tests: the sandbox keeps"
+                f" {SANDBOX_HEADROOM_SECONDS} s for unpacking and cleaning up; raise SandboxTimeout"
+            )
+        return value
 
     @model_validator(mode="after")
     def _payloads_outlive_their_jobs(self) -> Settings:
