@@ -24,6 +24,7 @@ Without a working bwrap nothing runs unsandboxed: `start()` probes it once and e
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import logging
 import re
@@ -276,13 +277,15 @@ class LocalLambdaEndpoint:
                     headers = {name.lower(): value for name, value in self.headers.items()}
                     answer = endpoint.handle(self.path, headers, body)
                 self.send_response_only(answer.status)
-                request_id = str(uuid.uuid4())
-                self.send_header("x-amzn-RequestId", request_id)
+                self.send_header("x-amzn-RequestId", str(uuid.uuid4()))
                 for name, value in answer.headers:
                     self.send_header(name, value)
                 self.send_header("Content-Length", str(len(answer.body)))
-                self.end_headers()
-                self.wfile.write(answer.body)
+                # The caller may be gone by now (a worker killed at its own Timeout): the invocation ran all the
+                # same, as it does in Lambda, and nobody is left to answer.
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                    self.end_headers()
+                    self.wfile.write(answer.body)
 
             def log_message(self, format: str, *args: Any) -> None:
                 logger.debug("%s %s", self.address_string(), format % args)
