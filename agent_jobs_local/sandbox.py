@@ -184,7 +184,9 @@ def bwrap_command(
     command += ["--chdir", TASK_ROOT, "--clearenv"]
     for name, value in sorted(sandbox_environment(function, tenant_id).items()):
         command += ["--setenv", name, value]
-    command += ["--", str(python), "-I", "-B", f"{RUNTIME_ROOT}/bootstrap.py"]
+    # Isolated (no PYTHON* variables, no user or working-directory paths), no site (the interpreter's own
+    # site-packages are not the handler's), no bytecode written (all of it is read-only).
+    command += ["--", str(python), "-I", "-S", "-B", f"{RUNTIME_ROOT}/bootstrap.py"]
     return command
 
 

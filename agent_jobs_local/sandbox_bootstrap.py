@@ -15,7 +15,6 @@ import json
 import os
 import sys
 import time
-import traceback
 from typing import Any
 
 TASK_ROOT = "/var/task"
@@ -55,6 +54,8 @@ def main() -> int:
         document: dict[str, Any] = {"result": handler(request["event"], context)}
         text = json.dumps(document)
     except Exception as error:
+        import traceback  # only on an error: every invocation starts a new interpreter, so imports are its cost
+
         trace = traceback.format_exception(type(error), error, error.__traceback__)
         sys.stderr.write("".join(trace))
         text = json.dumps({"errorMessage": str(error), "errorType": type(error).__name__, "stackTrace": trace})
