@@ -6,8 +6,10 @@ of the template without Events (the test sandbox), so a boto3 Lambda client with
 function's own environment are read from the template. The function is named by its name, its ARN or a partial ARN
 (`account:function:name`), optionally with the `$LATEST` qualifier.
 
-Each invocation runs the real handler in a new bubblewrap sandbox (`sandbox.run_sandboxed`) and is answered as Lambda
-answers: 200 with the handler's JSON; on a function error (it raised, timed out, or its runtime exited) 200 with
+Each invocation runs the real handler in a new bubblewrap sandbox. A few sandboxes per function are started and
+initialised ahead, so an invocation does not wait for one to start (Lambda keeps start-up out of an invocation's time
+too); each serves exactly one invocation, of one tenant, and is then torn down. Answers are Lambda's: 200 with the
+handler's JSON; on a function error (it raised, timed out, or its runtime exited) 200 with
 `X-Amz-Function-Error: Unhandled` and `{"errorMessage", "errorType"}`. `X-Amz-Log-Type: Tail` adds the last 4 KB of
 the sandbox's log as `X-Amz-Log-Result`. Invocation types RequestResponse, Event (202, run in the background) and
 DryRun (204). A PER_TENANT function needs `X-Amz-Tenant-Id` (without it: 400 InvalidParameterValueException, as
@@ -40,7 +42,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from agent_jobs_local.sandbox import SandboxedFunction, SandboxRun, check_bwrap, find_bwrap, run_sandboxed
+from agent_jobs_local.sandbox import SandboxedFunction, SandboxPool, SandboxRun, check_bwrap, find_bwrap
 
 if TYPE_CHECKING:
     from agent_jobs_local.template import References, TemplateModel
@@ -96,8 +98,9 @@ class LocalLambdaEndpoint:
     """Lambda's Invoke call for `model`'s directly invoked functions (see the module docstring), on 127.0.0.1.
 
     `bwrap`: the bubblewrap binary (default AGENT_JOBS_BWRAP, else `bwrap` on PATH). `function_ids`: default every
-    function without Events. `start()` checks bwrap and serves in a background thread; `url` is what
-    AWS_ENDPOINT_URL_LAMBDA takes; `stop()` shuts it down. `sandbox_error` is None when sandboxes can start, else why
+    function without Events. `ready_sandboxes`: how many started, unused sandboxes each function keeps ready.
+    `start()` checks bwrap and serves in a background thread; `url` is what AWS_ENDPOINT_URL_LAMBDA takes; `stop()`
+    shuts it down. `sandbox_error` is None when sandboxes can start, else why
     not. `invocations` counts the sandboxes started.
     """
 
@@ -110,6 +113,7 @@ class LocalLambdaEndpoint:
         function_ids: Sequence[str] | None = None,
         bwrap: str | None = None,
         port: int = 0,
+        ready_sandboxes: int = 2,
     ) -> None:
         self.model = model
         ids = list(model.directly_invoked_functions() if function_ids is None else function_ids)
@@ -125,6 +129,8 @@ class LocalLambdaEndpoint:
             if settings.reserved_concurrency
         }
         self.bwrap = find_bwrap(bwrap)
+        self.ready_sandboxes = ready_sandboxes
+        self._pools: dict[str, SandboxPool] = {}
         self.sandbox_error: str | None = None
         self._disable_userns = True
         self.invocations = 0
@@ -148,6 +154,12 @@ class LocalLambdaEndpoint:
                 self.sandbox_error = detail
                 logger.warning("the local Lambda endpoint cannot sandbox invocations: %s", detail)
             self._disable_userns = detail != "no-disable-userns"
+            if works and self.bwrap is not None:
+                for function_id, function in self.functions.items():
+                    pool = SandboxPool(
+                        self.bwrap, function, size=self.ready_sandboxes, disable_userns=self._disable_userns
+                    )
+                    self._pools[function_id] = pool.start()
             self._thread = threading.Thread(
                 target=self._server.serve_forever, args=(0.1,), name="local-lambda-invoke", daemon=True
             )
@@ -160,6 +172,9 @@ class LocalLambdaEndpoint:
             self._thread.join(timeout=10)
             self._thread = None
         self._server.server_close()
+        for pool in self._pools.values():
+            pool.stop()
+        self._pools = {}
 
     def __enter__(self) -> LocalLambdaEndpoint:
         return self.start()
@@ -229,22 +244,16 @@ class LocalLambdaEndpoint:
         self, function_id: str, event: Any, tenant_id: str | None, slot: threading.BoundedSemaphore | None
     ) -> SandboxRun:
         try:
-            if self.bwrap is None or self.sandbox_error is not None:
-                return SandboxRun(None, "Sandbox.Unavailable", self.sandbox_error or "bwrap is missing")
+            pool = self._pools.get(function_id)
+            if pool is None:
+                return SandboxRun(None, "Sandbox.Unavailable", self.sandbox_error or "the endpoint is not started")
             try:
                 event = _inline_archive(event)
             except ArchiveDownloadError as error:
                 return SandboxRun(None, "Sandbox.ArchiveDownload", str(error))
             with self._count_lock:
                 self.invocations += 1
-            return run_sandboxed(
-                self.bwrap,
-                self.functions[function_id],
-                event,
-                request_id=str(uuid.uuid4()),
-                tenant_id=tenant_id,
-                disable_userns=self._disable_userns,
-            )
+            return pool.take().invoke(event, request_id=str(uuid.uuid4()), tenant_id=tenant_id)
         finally:
             if slot is not None:
                 slot.release()

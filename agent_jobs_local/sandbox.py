@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import queue
 import shutil
 import signal
 import subprocess
@@ -123,7 +124,7 @@ def interpreter() -> tuple[Path, Path]:
     return prefix, Path(sys.executable).resolve()
 
 
-def sandbox_environment(function: SandboxedFunction, tenant_id: str | None) -> dict[str, str]:
+def sandbox_environment(function: SandboxedFunction) -> dict[str, str]:
     """PATH, HOME, LANG, Lambda's non-secret variables and the function's own settings minus anything that looks like
     a credential: never the caller's environment."""
     prefix, _ = interpreter()
@@ -146,8 +147,6 @@ def sandbox_environment(function: SandboxedFunction, tenant_id: str | None) -> d
             "_HANDLER": function.handler,
         }
     )
-    if tenant_id is not None:
-        environment["AWS_LAMBDA_TENANT_ID"] = tenant_id
     return environment
 
 
@@ -168,9 +167,7 @@ def _read_only_binds() -> list[str]:
     return arguments
 
 
-def bwrap_command(
-    bwrap: str, function: SandboxedFunction, tenant_id: str | None, *, disable_userns: bool = True
-) -> list[str]:
+def bwrap_command(bwrap: str, function: SandboxedFunction, *, disable_userns: bool = True) -> list[str]:
     """The bwrap command line of one invocation's sandbox, running the bootstrap."""
     _, python = interpreter()
     command = [bwrap, "--die-with-parent", "--unshare-all", "--new-session", "--cap-drop", "ALL"]
@@ -182,11 +179,11 @@ def bwrap_command(
     command += ["--ro-bind", str(function.code_dir), TASK_ROOT]
     command += ["--ro-bind", str(BOOTSTRAP), f"{RUNTIME_ROOT}/bootstrap.py"]
     command += ["--chdir", TASK_ROOT, "--clearenv"]
-    for name, value in sorted(sandbox_environment(function, tenant_id).items()):
+    for name, value in sorted(sandbox_environment(function).items()):
         command += ["--setenv", name, value]
     # Isolated (no PYTHON* variables, no user or working-directory paths), no site (the interpreter's own
     # site-packages are not the handler's), no bytecode written (all of it is read-only).
-    command += ["--", str(python), "-I", "-S", "-B", f"{RUNTIME_ROOT}/bootstrap.py"]
+    command += ["--", str(python), "-I", "-S", "-B", f"{RUNTIME_ROOT}/bootstrap.py", function.handler]
     return command
 
 
@@ -209,7 +206,7 @@ def check_bwrap(bwrap: str | None) -> tuple[bool, str]:
     )
     detail = ""
     for disable_userns in (True, False):
-        command = bwrap_command(bwrap, probe, None, disable_userns=disable_userns)
+        command = bwrap_command(bwrap, probe, disable_userns=disable_userns)
         command = [*command[: command.index("--")], "--", "/bin/sh", "-c", "exit 0"]
         try:
             completed = subprocess.run(command, capture_output=True, text=True, timeout=30, check=False, env={})
@@ -258,6 +255,153 @@ def _write_all(stream: IO[bytes], data: bytes) -> None:
         pass  # the sandbox died first: its exit says why
 
 
+class SandboxProcess:
+    """One sandbox, started and initialised (the bootstrap has imported the handler, as in Lambda's Init phase), that
+    serves exactly one invocation and is then torn down. Starting it ahead of the invocation takes the sandbox's
+    start-up off the invocation's clock, as Lambda does; it never serves a second invocation or a second tenant."""
+
+    def __init__(self, bwrap: str, function: SandboxedFunction, *, disable_userns: bool = True) -> None:
+        self.function = function
+        self._used = False
+        self.process = subprocess.Popen(
+            bwrap_command(bwrap, function, disable_userns=disable_userns),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,  # one group: a timeout kills bwrap and anything that could still be outside
+            close_fds=True,
+            # bwrap stays the sandbox's PID 1, and its own environment is readable there (/proc/1/environ): give it
+            # none of this process's (credentials, the functions' settings); --clearenv/--setenv set the sandbox's.
+            env={},
+        )
+        assert self.process.stdout is not None
+        assert self.process.stderr is not None
+        self._answer = _BoundedReader(self.process.stdout, keep_first=MAX_RESPONSE_BYTES)
+        self._log = _BoundedReader(self.process.stderr, keep_last=LOG_TAIL_BYTES)
+        self._answer.start()
+        self._log.start()
+
+    @property
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def invoke(self, event: Any, *, request_id: str, tenant_id: str | None) -> SandboxRun:
+        """Hand the sandbox its one invocation and wait for it, at most the function's Timeout; then end it."""
+        if self._used:
+            raise RuntimeError("a sandbox serves one invocation only")
+        self._used = True
+        function = self.function
+        request = {
+            "event": event,
+            "timeoutSeconds": function.timeout_seconds,
+            "functionName": function.function_name,
+            "functionArn": function.function_arn,
+            "memoryLimitInMb": function.memory_size_mb,
+            "requestId": request_id,
+            "tenantId": tenant_id,
+        }
+        assert self.process.stdin is not None
+        writer = threading.Thread(
+            target=_write_all, args=(self.process.stdin, json.dumps(request).encode()), daemon=True
+        )
+        started = time.monotonic()
+        writer.start()
+        timed_out = False
+        try:
+            self.process.wait(timeout=function.timeout_seconds + START_ALLOWANCE_SECONDS)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        finally:
+            _kill_group(self.process)
+        for thread in (self._answer, self._log, writer):
+            thread.join(timeout=_KILL_WAIT_SECONDS)
+        return self._outcome(timed_out, time.monotonic() - started)
+
+    def discard(self) -> None:
+        """End a sandbox that will not be used."""
+        self._used = True
+        _kill_group(self.process)
+        for stream in (self.process.stdin, self.process.stdout, self.process.stderr):
+            if stream is not None:
+                with contextlib.suppress(OSError):
+                    stream.close()
+
+    def _outcome(self, timed_out: bool, duration: float) -> SandboxRun:
+        function, answer = self.function, self._answer
+        log_tail = bytes(self._log.data).decode("utf-8", errors="replace")
+        if timed_out:
+            message = f"Task timed out after {function.timeout_seconds:.2f} seconds"
+            return SandboxRun(None, "Sandbox.Timedout", message, log_tail, duration)
+        if answer.total > MAX_RESPONSE_BYTES:
+            message = f"Response payload size exceeded maximum allowed payload size ({MAX_RESPONSE_BYTES} bytes)."
+            return SandboxRun(None, "Function.ResponseSizeTooLarge", message, log_tail, duration)
+        try:
+            document = json.loads(bytes(answer.data))
+        except ValueError:
+            document = None
+        if not isinstance(document, dict) or self.process.returncode != 0:
+            message = f"Runtime exited with error: exit status {self.process.returncode}"
+            if log_tail.strip():
+                message += f"; its last log line: {log_tail.strip().splitlines()[-1][:500]}"
+            return SandboxRun(None, "Runtime.ExitError", message, log_tail, duration)
+        if "result" in document:
+            return SandboxRun(document["result"], None, None, log_tail, duration)
+        error_type, error_message = str(document.get("errorType", "Error")), str(document.get("errorMessage", ""))
+        return SandboxRun(None, error_type, error_message, log_tail, duration)
+
+
+class SandboxPool:
+    """Keeps up to `size` started, initialised and unused sandboxes of one function ready, so an invocation does not
+    wait for bwrap and the interpreter to start. Each is used once; `take()` starts one on the spot when none is
+    ready. The sandboxes are started on the pool's own thread, which lives until `stop()`: bwrap's
+    --die-with-parent follows the thread that started it."""
+
+    def __init__(self, bwrap: str, function: SandboxedFunction, *, size: int = 2, disable_userns: bool = True) -> None:
+        self.bwrap, self.function, self.disable_userns = bwrap, function, disable_userns
+        self._ready: queue.Queue[SandboxProcess] = queue.Queue(maxsize=max(1, size))
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._fill, name=f"sandboxes-{function.function_id}", daemon=True)
+
+    def start(self) -> SandboxPool:
+        self._thread.start()
+        return self
+
+    def _start_one(self) -> SandboxProcess:
+        return SandboxProcess(self.bwrap, self.function, disable_userns=self.disable_userns)
+
+    def _fill(self) -> None:
+        while not self._stopping.is_set():
+            sandbox = self._start_one()
+            while not self._stopping.is_set():
+                try:
+                    self._ready.put(sandbox, timeout=0.2)
+                    break
+                except queue.Full:
+                    continue
+            else:
+                sandbox.discard()
+
+    def take(self) -> SandboxProcess:
+        """A started sandbox nobody has used (one started now when none is ready, or the ready one died)."""
+        while True:
+            try:
+                sandbox = self._ready.get_nowait()
+            except queue.Empty:
+                return self._start_one()
+            if sandbox.alive:
+                return sandbox
+            sandbox.discard()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._thread.join(timeout=10)
+        while True:
+            try:
+                self._ready.get_nowait().discard()
+            except queue.Empty:
+                return
+
+
 def run_sandboxed(
     bwrap: str,
     function: SandboxedFunction,
@@ -267,68 +411,9 @@ def run_sandboxed(
     tenant_id: str | None,
     disable_userns: bool = True,
 ) -> SandboxRun:
-    """Run one invocation of `function` on `event` in a new sandbox and wait for it, at most the function's Timeout."""
-    request = {
-        "handler": function.handler,
-        "event": event,
-        "timeoutSeconds": function.timeout_seconds,
-        "functionName": function.function_name,
-        "functionArn": function.function_arn,
-        "memoryLimitInMb": function.memory_size_mb,
-        "requestId": request_id,
-        "tenantId": tenant_id,
-    }
-    started = time.monotonic()
-    process = subprocess.Popen(
-        bwrap_command(bwrap, function, tenant_id, disable_userns=disable_userns),
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,  # one group: a timeout kills bwrap and anything that could still be outside
-        close_fds=True,
-        # bwrap stays the sandbox's PID 1, and its own environment is readable there (/proc/1/environ): give it none
-        # of this process's (credentials, the functions' settings); the sandbox's is set by --clearenv/--setenv.
-        env={},
-    )
-    assert process.stdin is not None
-    assert process.stdout is not None
-    assert process.stderr is not None
-    answer = _BoundedReader(process.stdout, keep_first=MAX_RESPONSE_BYTES)
-    log = _BoundedReader(process.stderr, keep_last=LOG_TAIL_BYTES)
-    writer = threading.Thread(target=_write_all, args=(process.stdin, json.dumps(request).encode()), daemon=True)
-    for thread in (answer, log, writer):
-        thread.start()
-    timed_out = False
-    try:
-        process.wait(timeout=function.timeout_seconds + START_ALLOWANCE_SECONDS)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-    finally:
-        _kill_group(process)
-    for thread in (answer, log, writer):
-        thread.join(timeout=_KILL_WAIT_SECONDS)
-    duration = time.monotonic() - started
-    log_tail = bytes(log.data).decode("utf-8", errors="replace")
-    if timed_out:
-        message = f"Task timed out after {function.timeout_seconds:.2f} seconds"
-        return SandboxRun(None, "Sandbox.Timedout", message, log_tail, duration)
-    if answer.total > MAX_RESPONSE_BYTES:
-        message = f"Response payload size exceeded maximum allowed payload size ({MAX_RESPONSE_BYTES} bytes)."
-        return SandboxRun(None, "Function.ResponseSizeTooLarge", message, log_tail, duration)
-    try:
-        document = json.loads(bytes(answer.data))
-    except ValueError:
-        document = None
-    if not isinstance(document, dict) or process.returncode != 0:
-        message = f"Runtime exited with error: exit status {process.returncode}"
-        if log_tail.strip():
-            message += f"; its last log line: {log_tail.strip().splitlines()[-1][:500]}"
-        return SandboxRun(None, "Runtime.ExitError", message, log_tail, duration)
-    if "result" in document:
-        return SandboxRun(document["result"], None, None, log_tail, duration)
-    return SandboxRun(
-        None, str(document.get("errorType", "Error")), str(document.get("errorMessage", "")), log_tail, duration
-    )
+    """Run one invocation of `function` on `event` in a new sandbox started for it."""
+    sandbox = SandboxProcess(bwrap, function, disable_userns=disable_userns)
+    return sandbox.invoke(event, request_id=request_id, tenant_id=tenant_id)
 
 
 def _kill_group(process: subprocess.Popen[bytes]) -> None:
@@ -345,6 +430,8 @@ def _kill_group(process: subprocess.Popen[bytes]) -> None:
 __all__ = [
     "BWRAP_ENV",
     "INSTALL_HINT",
+    "SandboxPool",
+    "SandboxProcess",
     "SandboxRun",
     "SandboxedFunction",
     "bwrap_command",

@@ -174,6 +174,31 @@ def test_handler_exception_is_an_unhandled_function_error_with_its_log(probe: Lo
     assert "probe log line" in base64.b64decode(answer["LogResult"]).decode()
 
 
+def test_every_invocation_gets_a_sandbox_of_its_own(probe: LocalLambdaEndpoint) -> None:
+    # Given a first tenant's run that leaves a file in /tmp and a process behind
+    leave = "echo acme-was-here > /tmp/left-behind; setsid sleep 30 > /dev/null 2>&1 < /dev/null & echo started"
+    _, first = invoke(probe, {"action": "shell", "script": leave}, tenant="acme")
+    # When the next invocation (another tenant's) looks for them
+    look = "cat /tmp/left-behind 2>&1; ls /proc | grep -cE '^[0-9]+$'; pgrep -c sleep || true"
+    _, second = invoke(probe, {"action": "shell", "script": look}, tenant="mallory")
+
+    # Then it sees neither: a fresh /tmp and only its own processes
+    assert "started" in first["out"]
+    assert "acme-was-here" not in second["out"]
+    assert "No such file" in second["out"]
+    assert second["out"].splitlines()[-1] == "0"
+
+
+def test_handler_that_cannot_be_imported_is_an_init_error(probe_dir: Path) -> None:
+    template = function_template(str(probe_dir), "missing_module.handler")
+    with start_endpoint(template, probe_dir.parent) as endpoint:
+        answer, payload = invoke(endpoint, {})
+
+    assert answer["FunctionError"] == "Unhandled"
+    assert payload["errorType"] == "Runtime.ImportModuleError"
+    assert "missing_module" in payload["errorMessage"]
+
+
 def test_crash_is_an_unhandled_function_error(probe: LocalLambdaEndpoint) -> None:
     answer, payload = invoke(probe, {"action": "exit"})
 
