@@ -77,7 +77,7 @@ def test_sam_build_stays_within_lambda_size_limit(arm64_build_dir: Path) -> None
     assert size < LAMBDA_UNZIPPED_LIMIT_BYTES
 
 
-@pytest.mark.parametrize("function_id", ["EnqueueApiFunction", "JobWorkerFunction"])
+@pytest.mark.parametrize("function_id", ["EnqueueApiFunction", "JobWorkerFunction", "TestSandboxFunction"])
 def test_sam_build_ships_each_function_code_without_build_files(arm64_build_dir: Path, function_id: str) -> None:
     model = TemplateModel.from_path()
     settings = model.function_settings(function_id)
@@ -114,6 +114,17 @@ def test_sam_build_for_this_machine_builds_an_importable_layer(local_build_dir: 
     assert Path(result.stdout.strip()).is_relative_to(layer_python)
 
 
-def test_local_build_dir_holds_both_functions_and_the_layer(local_build_dir: Path) -> None:
-    for part in ("EnqueueApiFunction", "JobWorkerFunction", "SharedLayer/python/agent_jobs"):
+def test_local_build_dir_holds_the_functions_and_the_layer(local_build_dir: Path) -> None:
+    for part in ("EnqueueApiFunction", "JobWorkerFunction", "TestSandboxFunction", "SharedLayer/python/agent_jobs"):
         assert (local_build_dir / part).is_dir(), part
+
+
+def test_sam_build_ships_the_sandbox_alone_without_the_layers_package(arm64_build_dir: Path) -> None:
+    built = arm64_build_dir / "TestSandboxFunction"
+    assert relative_files(built) == {"sandbox_app.py", "sandbox_archive.py", "sandbox_runner.py"}
+    # it imports nothing but the standard library and its own modules
+    for path in built.glob("*.py"):
+        text = path.read_text()
+        for package in ("agent_jobs", "boto3", "botocore", "aws_lambda_powertools", "pydantic"):
+            assert f"import {package}" not in text, (path.name, package)
+            assert f"from {package}" not in text, (path.name, package)
