@@ -357,3 +357,12 @@ def test_sandbox_refuses_a_device_member():
 
     assert response["permanent"] is True
     assert "not a file, a folder or a link" in response["error"]
+
+
+def test_sandbox_runs_the_sample_event():
+    # events/sandbox_run_tests.json is what the worker sends (`sam local invoke TestSandboxFunction -e ...`)
+    event = json.loads((Path(__file__).resolve().parents[2] / "events" / "sandbox_run_tests.json").read_text())
+
+    response = invoke(event)
+
+    assert (response["outcome"], response["exitCode"], response["outputTail"]) == ("passed", 0, "unit: 3 passed\n")
