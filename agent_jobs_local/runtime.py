@@ -378,7 +378,8 @@ class LocalRuntime:
         `{"EnqueueApiFunction": {"TABLE_NAME": ..., "QUEUE_URL": ..., "AWS_ENDPOINT_URL": ...}, "JobWorkerFunction":
         {...}}`, with the template's (unscaled) values, since `sam local` runs the functions with their real Timeout.
 
-        A function named by reference (the worker's TEST_SANDBOX_FUNCTION) has the name this runtime serves it under.
+        A function named by reference (the worker's TEST_SANDBOX_FUNCTION) has the name this runtime serves it under;
+        a function without environment variables (the test sandbox) is left out.
         AWS_ENDPOINT_URL is `endpoint_for_containers`, default the emulator's URL with its loopback host replaced by
         host.docker.internal (how a function's container reaches this machine). SAM only applies variables the
         template declares for the function, which is why template.yaml declares AWS_ENDPOINT_URL through its
@@ -392,6 +393,8 @@ class LocalRuntime:
         document: dict[str, dict[str, str]] = {}
         for function_id in model.resources_of_type("AWS::Serverless::Function"):
             environment = model.function_environment(function_id, resources.references)
+            if not environment:
+                continue  # SAM applies only variables the template declares: the test sandbox declares none
             if endpoint is not None:
                 environment["AWS_ENDPOINT_URL"] = endpoint
             document[function_id] = environment
