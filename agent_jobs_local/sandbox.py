@@ -371,7 +371,11 @@ class SandboxPool:
 
     def _fill(self) -> None:
         while not self._stopping.is_set():
-            sandbox = self._start_one()
+            try:
+                sandbox = self._start_one()
+            except OSError:  # out of processes or descriptors for now: invocations start their own meanwhile
+                self._stopping.wait(1.0)
+                continue
             while not self._stopping.is_set():
                 try:
                     self._ready.put(sandbox, timeout=0.2)
