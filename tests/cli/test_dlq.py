@@ -18,7 +18,7 @@ from agent_jobs_cli.deadletters import DeadLetterQueue, RedriveOutcome
 from agent_jobs_cli.main import app
 from agent_jobs_local.demo import remote_branches
 from tests.cli.conftest import CliHarness, job_item, table_items
-from tests.conftest import Stack, make_job, make_message
+from tests.conftest import Stack, make_job, make_message, register_workspace
 
 
 def max_receive_count(sqs: Any, queue_url: str) -> int:
@@ -66,7 +66,8 @@ def run(path: Path, *args: str, input: str | None = None) -> Any:
 
 
 def enqueue(stack: Stack, *job_ids: str, workspace_id: str = "ws-d") -> list[str]:
-    """Accept jobs as the API does; returns their SequenceNumbers."""
+    """Accept jobs as the API does (its workspace registered first); returns their SequenceNumbers."""
+    register_workspace(stack, workspace_id, "tenant-1")
     return [
         str(
             enqueue_job(

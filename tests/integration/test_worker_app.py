@@ -26,10 +26,10 @@ def git(any_stack: Stack, register_git_workspace: Any) -> GitWorkspaces:
 
 
 @pytest.fixture
-def worker_app(any_stack: Stack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+def worker_app(any_stack: Stack, git_workspaces: GitWorkspaces, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     import app  # the worker function folder is on the path as in Lambda (/var/task)
 
-    for name, value in any_stack.env().items():
+    for name, value in {**any_stack.env(), **git_workspaces.env()}.items():
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("WORKSPACES_ROOT", str(tmp_path / "ws"))
     monkeypatch.setattr(app, "_worker", None)  # a cold start for each test

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import REPO, Stack
+from tests.conftest import REPO, Stack, register_workspace
 
 RUNNER = r"""
 import importlib, json, sys
@@ -51,8 +51,13 @@ def run_built(build_dir: Path, function: str, event: Path, env: dict[str, str]) 
 
 
 @pytest.fixture
-def built_env(server_stack: Stack, moto_server: str, tmp_path: Path) -> dict[str, str]:
-    return {**server_stack.env(), "AWS_ENDPOINT_URL": moto_server, "WORKSPACES_ROOT": str(tmp_path / "ws")}
+def built_env(server_stack: Stack, moto_server: str, tmp_path: Path, git_workspaces: Any) -> dict[str, str]:
+    return {
+        **server_stack.env(),
+        **git_workspaces.env(),
+        "AWS_ENDPOINT_URL": moto_server,
+        "WORKSPACES_ROOT": str(tmp_path / "ws"),
+    }
 
 
 def test_built_worker_runs_the_sqs_events(
@@ -76,6 +81,7 @@ def test_built_worker_runs_the_sqs_events(
 
 
 def test_built_producer_runs_the_http_events(local_build_dir: Path, built_env: dict[str, str], server_stack: Stack):
+    register_workspace(server_stack, "ws-demo", "default")  # the event's workspace, of the event's tenant
     posted = run_built(local_build_dir, "EnqueueApiFunction", REPO / "events/http_post_job.json", built_env)
     assert posted["statusCode"] == 202
     job_id = json.loads(posted["body"])["jobId"]

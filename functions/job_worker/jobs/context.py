@@ -21,3 +21,6 @@ class JobContext:
     token: Callable[[], str | None] = field(default=lambda: None)
     # Time a handler leaves unused at the end of the invocation (the worker's TIME_SAFETY_MARGIN_MS).
     safety_margin_ms: int = 0
+    # Why a URL of the registration may not be called right now (its host resolves to a private address ...), or
+    # None: checked right before each connection (`agent_jobs.tenancy.TenantBounds.host_error`).
+    check_host: Callable[[str, str], str | None] = field(default=lambda url, field_name: None)
