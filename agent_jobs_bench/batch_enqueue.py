@@ -334,6 +334,8 @@ def measure(quick: bool = False) -> Results:
     jobs = 40 if quick else 200
     with Emulator() as emulator:
         stacks = [provision_stack(emulator.url, function_id="EnqueueApiFunction") for _ in range(4)]
+        for stack in stacks:
+            stack.register_workspaces((f"ws-{n:02d}" for n in range(WORKSPACES)), TENANT)
         batch = measure_batch(stacks[0], [_job("batch", n) for n in range(jobs)])
         one_by_one = measure_one_by_one(stacks[1], [_job("single", n) for n in range(jobs)])
         naive = measure_naive(stacks[2], [_job("naive", n) for n in range(jobs)])

@@ -179,6 +179,7 @@ class _Side:
     def __init__(self, stack: BenchStack, recorder: CallRecorder, root: Path, *, naive: bool) -> None:
         self.stack, self.recorder, self.naive = stack, recorder, naive
         self.fail_once = FailOnce()
+        self.registered: set[str] = set()
         session, endpoint = stack.session, stack.endpoint_url
         # Each side gets clients of its own, hooked, so only its calls are counted.
         self.dynamodb = session.client("dynamodb", endpoint_url=endpoint)
@@ -240,6 +241,9 @@ class _Side:
         from agent_jobs.models import job_request_adapter
         from agent_jobs.producer import enqueue_job
 
+        if job["workspaceId"] not in self.registered:  # before the counted calls: registering is not a job's cost
+            self.stack.register_workspaces([job["workspaceId"]], TENANT)
+            self.registered.add(job["workspaceId"])
         enqueue_job(
             job_request_adapter.validate_python(job),
             TENANT,

@@ -125,12 +125,12 @@ class _FirstInvocations:
         from agent_jobs_bench.submit import submit_patch_job
         from agent_jobs_local.auth import mint_token
         from agent_jobs_local.execution_environment import lambda_environment
-        from agent_jobs_local.workload import create_remote, register_workspaces
+        from agent_jobs_local.workload import create_remote, register_workspaces, remote_path
 
         runtime = self.runtime.start()
         runtime.poller.stop()
         workspaces = [f"cold-{n}" for n in range(self.count)]
-        remotes = {ws: create_remote(self.folder / "remotes" / f"{ws}.git", ws) for ws in workspaces}
+        remotes = {ws: create_remote(remote_path(runtime.remotes_root, ws), ws) for ws in workspaces}
         register_workspaces(runtime.api_url, remotes, github_api_url="https://api.github.com")
         token = mint_token("default")
         for ws in workspaces:

@@ -140,7 +140,7 @@ def _applied(log: Path) -> dict[str, float]:
 def run_level(api_url: str, log: Path, workspaces: int, jobs_per_workspace: int, run_id: str) -> Level:
     """One agent per workspace submits its jobs in order, all agents at once, while the worker runs; waits until
     every job is applied."""
-    from agent_jobs_bench.submit import submit_patch_job
+    from agent_jobs_bench.submit import register_folder_workspaces, submit_patch_job
     from agent_jobs_local.auth import mint_token
 
     token = mint_token("default")
@@ -148,6 +148,7 @@ def run_level(api_url: str, log: Path, workspaces: int, jobs_per_workspace: int,
         f"e2e-{run_id}-w{workspaces}-{ws}": [f"e2e-{run_id}-w{workspaces}-{ws}-{n}" for n in range(jobs_per_workspace)]
         for ws in range(workspaces)
     }
+    register_folder_workspaces(api_url, token, plan)
     submitted: dict[str, float] = {}
     errors: list[BaseException] = []
 

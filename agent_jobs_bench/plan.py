@@ -166,7 +166,7 @@ def measure(
     root: Path | None = None,
 ) -> Measurement:
     """Run the scenario on the local runtime and return what it measured (see the module docstring)."""
-    from agent_jobs_bench.submit import submit_patch_job
+    from agent_jobs_bench.submit import register_folder_workspaces, submit_patch_job
     from agent_jobs_local.auth import mint_token
     from agent_jobs_local.runtime import LocalRuntime
 
@@ -192,6 +192,9 @@ def measure(
             token = mint_token(TENANT)
             # Warm every environment first: a cold start is not part of the queueing the plan models.
             warm = [f"job-plan-warm-{index}" for index in range(workspaces)]
+            register_folder_workspaces(
+                runtime.api_url, token, [*workspace_ids, *(f"ws-plan-warm-{index}" for index in range(workspaces))]
+            )
             for index, job_id in enumerate(warm):
                 submit_patch_job(
                     runtime.api_url, token, job_id, f"ws-plan-warm-{index}", patch=PATCH, message=f"change for {job_id}"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import sys
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +41,19 @@ class BenchStack:
     services: Services
     model: TemplateModel
     references: Mapping[str, Mapping[str, str]]
+
+    def register_workspaces(self, workspace_ids: Iterable[str], tenant_id: str) -> None:
+        """Register each workspace for `tenant_id` (the API accepts jobs only for its tenant's registrations), with
+        the stack's own client, so a benchmark's counted clients never see these calls. The remote is never used."""
+        from agent_jobs.models import WorkspaceRegistration
+        from agent_jobs.workspaces import WorkspaceRegistry
+
+        registry = WorkspaceRegistry(self.services.dynamodb, self.table_name)
+        for workspace_id in workspace_ids:
+            registration = WorkspaceRegistration.model_validate(
+                {"remoteUrl": f"https://git.example.com/bench/{workspace_id}.git", "branch": f"agent/{workspace_id}"}
+            )
+            registry.register(workspace_id, registration, tenant_id)
 
 
 @contextmanager

@@ -3,9 +3,21 @@ API client (standard library only, so a benchmark's worker processes import noth
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from http import HTTPStatus
 
 from agent_jobs_cli.api import ApiClient
+
+
+def register_folder_workspaces(api_url: str, token: str, workspace_ids: Iterable[str]) -> None:
+    """PUT /workspaces/{workspaceId} for each workspace of a benchmark whose worker runs folder workspaces: the API
+    accepts jobs only for its tenant's registrations, and the remote named here is never used."""
+    client = ApiClient(api_url, token, timeout=60)
+    for workspace_id in workspace_ids:
+        body = {"remoteUrl": f"https://git.example.com/bench/{workspace_id}.git", "branch": f"agent/{workspace_id}"}
+        status, _ = client.request("PUT", f"/workspaces/{workspace_id}", body)
+        if status not in (HTTPStatus.OK, HTTPStatus.CREATED):
+            raise RuntimeError(f"PUT /workspaces/{workspace_id} answered {status}")
 
 
 def submit_patch_job(api_url: str, token: str, job_id: str, workspace_id: str, *, patch: str, message: str) -> None:

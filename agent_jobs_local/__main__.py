@@ -131,6 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"  payloads     s3://{resources.payload_bucket}  (jobs whose message would be too large)")
         console.print(f"  workspaces   {args.workspaces_root}")
         print_sandbox(console, runtime)
+        console.print(f"  remotes      {runtime.remotes_root}  (a tenant's file-system remotes: <remotes>/<tenantId>/)")
         console.print(
             f"  env file     {args.env_file}  (sam local invoke/start-api --env-vars {args.env_file})\n"
             f"  CLI          {args.connection_file}  (agent-jobs reads it: agent-jobs halted, ...)"

@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import boto3
 from rich.console import Console
@@ -30,6 +31,7 @@ from agent_jobs_local.workload import (
     create_remote,
     make_plan,
     register_workspaces,
+    remote_path,
     scan_items,
     verify,
 )
@@ -103,7 +105,8 @@ def _run_with_runtime(
     started: float,
 ) -> Report:
     marker_dir, log_dir, workspaces_root = dirs
-    remotes = {ws: create_remote(run_dir / "remotes" / f"{ws}.git", ws) for ws in plan.by_workspace}
+    remotes_root = run_dir / "remotes"  # the runtime's WORKSPACES_REMOTE_ROOT; the demo tenant's remotes in it
+    remotes = {ws: create_remote(remote_path(remotes_root, ws), ws) for ws in plan.by_workspace}
     github = FakeGitHub()
     for ws in plan.by_workspace:
         github.add_repository(GITHUB_OWNER, ws)
@@ -116,6 +119,9 @@ def _run_with_runtime(
             worker_bootstrap="agent_jobs_local.faults:install",
             bootstrap_config=bootstrap,
             concurrency=concurrency,
+            remotes_root=remotes_root,
+            # The fake GitHub listens on this machine: registrations may name it, no other private host.
+            allowed_private_hosts=[urlsplit(github.url).netloc],
         ) as runtime,
     ):
         quiet_producer(log_dir / "api.log")

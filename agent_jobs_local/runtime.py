@@ -25,7 +25,7 @@ import json
 import os
 import sys
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import ModuleType, TracebackType
 from typing import Any, Final
@@ -84,7 +84,10 @@ class LocalRuntime:
     `worker_bootstrap` and `bootstrap_config` (passed to `EventSourcePoller`), `concurrency` (default the template's
     MaximumConcurrency), `extra_worker_env` (added to the worker's environment last), `region`, `emulator_log`
     (where the emulator's output goes), `bwrap` (the bubblewrap binary of the test sandbox; default AGENT_JOBS_BWRAP,
-    else `bwrap` on PATH).
+    else `bwrap` on PATH), `remotes_root` (both functions' WORKSPACES_REMOTE_ROOT: a tenant's
+    file-system remotes lie under `<remotes_root>/<tenantId>/`; default `remotes` beside a given `workspaces_root`,
+    else a new temporary folder) and `allowed_private_hosts` (both functions' ALLOWED_PRIVATE_HOSTS: host:port
+    entries, such as a fake GitHub's on 127.0.0.1, that registrations may name although they are not public).
 
     After `start()`: `api_url`, `endpoint_url`, `resources` (`ProvisionedResources`), `model` (the `TemplateModel`
     for the provisioned account), `function_env` (function id -> environment), `poller`, `api`, `lambda_endpoint`
@@ -109,6 +112,8 @@ class LocalRuntime:
         region: str = DEFAULT_REGION,
         emulator_log: Path | None = None,
         bwrap: str | None = None,
+        remotes_root: Path | None = None,
+        allowed_private_hosts: Sequence[str] = (),
     ) -> None:
         if time_scale <= 0:
             raise ValueError(f"time_scale must be positive, got {time_scale}")
@@ -117,6 +122,14 @@ class LocalRuntime:
         self.parameter_overrides = dict(parameter_overrides or {})
         self.time_scale = time_scale
         self.workspaces_root = Path(workspaces_root or tempfile.mkdtemp(prefix="agent-jobs-workspaces-")).resolve()
+        if remotes_root is None:
+            remotes_root = (
+                Path(workspaces_root).parent / "remotes"
+                if workspaces_root
+                else Path(tempfile.mkdtemp(prefix="agent-jobs-remotes-"))
+            )
+        self.remotes_root = Path(remotes_root).resolve()
+        self.allowed_private_hosts = tuple(allowed_private_hosts)
         self.api_port = api_port
         self.worker_bootstrap = worker_bootstrap
         self.bootstrap_config = dict(bootstrap_config) if bootstrap_config is not None else None
@@ -173,6 +186,9 @@ class LocalRuntime:
             environment = scale_durations(
                 model.function_environment(function_id, resources.references), self.time_scale
             )
+            # The local stand-ins: file-system remotes under remotes_root, and the hosts (a fake GitHub) allowed.
+            environment["WORKSPACES_REMOTE_ROOT"] = str(self.remotes_root)
+            environment["ALLOWED_PRIVATE_HOSTS"] = ",".join(self.allowed_private_hosts)
             if function_id == worker_id:
                 environment["WORKSPACES_ROOT"] = str(self.workspaces_root)
                 if self._lambda_endpoint is not None:

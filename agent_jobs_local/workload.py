@@ -186,6 +186,12 @@ def github_repository_of(workspace_id: str) -> str:
     return f"{GITHUB_OWNER}/{workspace_id}"
 
 
+def remote_path(remotes_root: Path, workspace_id: str, tenant_id: str = DEFAULT_TENANT) -> Path:
+    """Where a workspace's bare remote lives: in its tenant's folder of the remotes root (WORKSPACES_REMOTE_ROOT),
+    the only place a file-system remote of that tenant may be registered."""
+    return remotes_root / tenant_id / f"{workspace_id}.git"
+
+
 def create_remote(path: Path, workspace_id: str, files: Mapping[str, bytes] | None = None) -> Path:
     """A bare git repository at `path` (absolute) whose `main` has one commit with a README.md (and `files`, top-level
     names to contents), as a person who created the repository would leave it. Returns the path."""

@@ -3,15 +3,17 @@ the settings and services the functions would build from their environment, and 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import boto3
 import pytest
@@ -341,9 +343,34 @@ class ManualClock:
         self.now += int(seconds * 1000)
 
 
+_registration_clients: dict[str, Any] = {}
+
+
+def register_workspace(stack: Stack, workspace_id: str, tenant_id: str = "tenant-1") -> None:
+    """Register `workspace_id` for `tenant_id` (an https remote nobody calls) unless some tenant registered it or
+    another tenant owns its item: jobs are accepted only for a registration of their tenant. A client of its own,
+    so tests that count the stack's calls count only the job's."""
+    from agent_jobs.models import WorkspaceRegistration
+    from agent_jobs.workspaces import WorkspaceOwnedElsewhereError, WorkspaceRegistry
+
+    client = _registration_clients.get(stack.table_name)
+    if client is None:
+        client = _registration_clients[stack.table_name] = stack.session.client("dynamodb", region_name=REGION)
+    registry = WorkspaceRegistry(client, stack.table_name)
+    if registry.get(workspace_id) is None:
+        registration = WorkspaceRegistration.model_validate(
+            {"remoteUrl": f"https://git.example.com/{tenant_id}/{workspace_id}.git", "branch": f"agent/{workspace_id}"}
+        )
+        with contextlib.suppress(WorkspaceOwnedElsewhereError):  # another tenant's: its jobs are to be refused
+            registry.register(workspace_id, registration, tenant_id)
+
+
 def enqueue(stack: Stack, *jobs: Any, tenant_id: str = "tenant-1") -> list[Any]:
+    """Submit `jobs` as the API does, each workspace registered for `tenant_id` first unless it is registered."""
     from agent_jobs.producer import enqueue_job
 
+    for workspace_id in dict.fromkeys(job.workspace_id for job in jobs):
+        register_workspace(stack, workspace_id, tenant_id)
     return [
         enqueue_job(
             job,
@@ -363,37 +390,63 @@ def enqueue(stack: Stack, *jobs: Any, tenant_id: str = "tenant-1") -> list[Any]:
 
 @dataclass
 class GitWorkspaces:
-    """Bare git remotes (made with dulwich) registered as workspaces, and the fake GitHub their open_pr talks to."""
+    """Bare git remotes (made with dulwich) registered as workspaces, each under `root/<tenantId>/` (the remotes root
+    the functions are given), and the fake GitHub their open_pr talks to."""
 
     root: Path
     github: Any
+    remotes: dict[str, Path] = field(default_factory=dict)
 
     def branch(self, workspace_id: str) -> list[str]:
         """The jobIds of the commits on the workspace's branch, oldest first, read from the remote itself."""
         from jobs.git_workspace import GitRemote, GitWorkspaceStore
 
-        remote = GitRemote(url=str(self.root / f"{workspace_id}.git"), branch=f"agent/{workspace_id}")
-        store = GitWorkspaceStore(self.root / "reader-cache", lambda _: remote)
+        remote = GitRemote(url=str(self.remotes[workspace_id]), branch=f"agent/{workspace_id}")
+        store = GitWorkspaceStore(self.root.parent / "reader-cache", lambda _: remote)
         return [commit.job_id for commit in store.open(workspace_id).history()]
+
+    def env(self) -> dict[str, str]:
+        """The functions' settings that let them use these remotes and the fake GitHub."""
+        host = urlsplit(self.github.url).netloc
+        return {"WORKSPACES_REMOTE_ROOT": str(self.root), "ALLOWED_PRIVATE_HOSTS": host}
+
+    def bounds(self) -> Any:
+        """The tenant bounds of a worker given `env()`."""
+        from agent_jobs.tenancy import TenantBounds
+
+        return TenantBounds(
+            remote_root=str(self.root), allowed_private_hosts=frozenset({urlsplit(self.github.url).netloc})
+        )
 
 
 @pytest.fixture
-def register_git_workspace(tmp_path: Path) -> Iterator[Callable[..., GitWorkspaces]]:
-    """register(stack, workspace_id, files) makes a bare remote seeded with `files` on main and registers it."""
+def git_workspaces(tmp_path: Path) -> Iterator[GitWorkspaces]:
+    """The remotes root and the fake GitHub of `register_git_workspace`."""
+    from agent_jobs_local.fake_github import FakeGitHub
+
+    github = FakeGitHub().start()
+    yield GitWorkspaces(root=tmp_path / "remotes", github=github)
+    github.stop()
+
+
+@pytest.fixture
+def register_git_workspace(git_workspaces: GitWorkspaces) -> Callable[..., GitWorkspaces]:
+    """register(stack, workspace_id, files) makes a bare remote seeded with `files` on main, under the remotes root's
+    folder of the tenant, and registers it."""
     from dulwich.repo import Repo
 
     from agent_jobs.models import WorkspaceRegistration
     from agent_jobs.workspaces import WorkspaceRegistry
-    from agent_jobs_local.fake_github import FakeGitHub
     from tests.git.conftest import commit_files
 
-    github = FakeGitHub().start()
-    workspaces = GitWorkspaces(root=tmp_path / "remotes", github=github)
+    workspaces = git_workspaces
+    github = workspaces.github
 
     def register(
         stack: Stack, workspace_id: str, files: dict[str, bytes], tenant_id: str = "tenant-1"
     ) -> GitWorkspaces:
-        remote = workspaces.root / f"{workspace_id}.git"
+        remote = workspaces.root / tenant_id / f"{workspace_id}.git"
+        workspaces.remotes[workspace_id] = remote
         remote.mkdir(parents=True)
         Repo.init_bare(str(remote)).close()
         commit_files(remote, "main", files, "initial commit")
@@ -411,5 +464,4 @@ def register_git_workspace(tmp_path: Path) -> Iterator[Callable[..., GitWorkspac
         WorkspaceRegistry(stack.services.dynamodb, stack.table_name).register(workspace_id, registration, tenant_id)
         return workspaces
 
-    yield register
-    github.stop()
+    return register

@@ -2,16 +2,19 @@
 
     POST /jobs           body: {"jobId", "workspaceId", "type", "payload"}
                          202 accepted, or already accepted with the same payload ("created": false)
-                         409 the jobId is taken by another job; 400, 413, 415, 422 a request to fix; 503 retry
+                         409 the jobId is taken by another job; 403 another tenant's workspace; 404 a workspace
+                         not registered yet; 400, 413, 415, 422 a request to fix; 503 retry
     POST /jobs:batch     body: {"jobs": [1 to 10 jobs, each as POST /jobs takes it]}
                          200 {"results": [one per job, in request order: jobId, statusCode (202 accepted, "created"
-                         false for a repeat; 409; 403; 413; 503 retry that job), status, messageId, sequenceNumber,
+                         false for a repeat; 409; 403; 404; 413; 503 retry that job), status, messageId, sequenceNumber,
                          created, message]}; 400, 413, 415, 422 a batch to fix (nothing accepted); 503 retry the batch
     GET  /jobs/{jobId}   200 the job's public state and history; 403 another tenant's job; 404 unknown; 422 bad id
     PUT  /workspaces/{workspaceId}
                          body: {"remoteUrl", "branch", "baseBranch", "testCommands", "tokenParameter",
                          "githubRepository", "githubApiUrl"}; 201 registered, 200 updated; 403 another tenant's
-                         workspace; 400, 413, 415, 422 a request to fix; 503 retry (registering is idempotent)
+                         workspace; 429 the tenant's workspace quota is used up; 400, 413, 415, 422 a request to
+                         fix (422 also for a token, remote or host outside the tenant's bounds); 503 retry
+                         (registering is idempotent)
     GET  /workspaces/{workspaceId}
                          200 the registration, the workspace's state (ACTIVE, HALTED, RESUMING) and lastAppliedJobId;
                          403 another tenant's; 404 neither registered nor halted; 422 bad id
@@ -34,7 +37,9 @@ JWT that the API's JWT authorizer puts at `requestContext.authorizer.jwt.claims`
 request without a valid token, before this function runs). A request without an authorizer context is refused (401);
 one whose authorizer gave no usable `tenant_id` claim is refused (403). A body never names a tenant: the job model
 forbids unknown fields, so a body carrying `tenantId` is refused with 422. A job for a workspace registered to (or
-halted for) another tenant is refused (403) and nothing is recorded or queued.
+halted for) another tenant is refused (403), one for a workspace nobody registered yet 404: nothing is recorded or
+queued. A registration names only the tenant's own tokens and file-system remotes and only public hosts
+(`agent_jobs.tenancy`).
 
 Repeating a request is always safe: a jobId is accepted at most once, and a repeat with the same payload is answered
 from the job's record. The AWS clients are built on the first invocation and kept while the environment is warm;
@@ -87,13 +92,21 @@ from agent_jobs.producer import (
     JobConflictError,
     PayloadTooLargeError,
     WorkspaceForbiddenError,
+    WorkspaceUnregisteredError,
     enqueue_job,
     enqueue_jobs,
 )
 from agent_jobs.resume import resume_workspace
 from agent_jobs.services import Services, build_services
 from agent_jobs.settings import Settings
-from agent_jobs.workspaces import WorkspaceOwnedElsewhereError, WorkspaceRegistry, WorkspaceStatus, workspace_status
+from agent_jobs.tenancy import TenantBounds
+from agent_jobs.workspaces import (
+    WorkspaceOwnedElsewhereError,
+    WorkspaceQuotaError,
+    WorkspaceRegistry,
+    WorkspaceStatus,
+    workspace_status,
+)
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
@@ -169,14 +182,21 @@ def reset_services() -> None:
     _services = None
 
 
+# A 422 lists at most this many field errors and counts the rest (`moreErrors`): the answer to a body with a great
+# many bad fields stays small.
+MAX_FIELD_ERRORS: Final = 20
+
+
 class RequestRefused(Exception):
-    """A request the API answers with a 4xx: the status and a message that says what to do."""
+    """A request the API answers with a 4xx: the status and a message that says what to do. Of `errors`, the first
+    MAX_FIELD_ERRORS are kept and the rest counted in `more_errors`."""
 
     def __init__(self, status: HTTPStatus, message: str, errors: list[dict[str, str]] | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
-        self.errors = errors
+        self.errors = None if errors is None else errors[:MAX_FIELD_ERRORS]
+        self.more_errors = 0 if errors is None else max(0, len(errors) - MAX_FIELD_ERRORS)
 
 
 def _json_response(status: HTTPStatus, body: dict[str, Any], headers: dict[str, str] | None = None) -> Response[Any]:
@@ -527,7 +547,21 @@ def public_workspace_status_view(status: WorkspaceStatus, last_applied_job_id: s
 
 
 def workspace_registry(svc: Services) -> WorkspaceRegistry:
-    return WorkspaceRegistry(svc.dynamodb, svc.settings.table_name)
+    return WorkspaceRegistry(
+        svc.dynamodb, svc.settings.table_name, max_workspaces_per_tenant=svc.settings.max_workspaces_per_tenant
+    )
+
+
+def check_tenant_bounds(registration: WorkspaceRegistration, tenant: str, settings: Settings) -> None:
+    """A 422 naming each token, remote or host of `registration` outside `tenant`'s bounds (`agent_jobs.tenancy`)."""
+    errors = TenantBounds.from_settings(settings).registration_errors(registration, tenant)
+    if errors:
+        raise RequestRefused(
+            HTTPStatus.UNPROCESSABLE_ENTITY,
+            f"the workspace registration names what this tenant may not use ({len(errors)} "
+            f"{'error' if len(errors) == 1 else 'errors'}); fix the fields listed in 'errors' and send it again",
+            errors,
+        )
 
 
 # ---- the workspace timeline ----------------------------------------------------------------------------------------
@@ -646,7 +680,12 @@ class FieldErrorView(_View):
 
 class ErrorView(_View):
     message: str = Field(description="What went wrong and what to do about it.")
-    errors: list[FieldErrorView] | None = Field(default=None, description="One entry per invalid field (422).")
+    errors: list[FieldErrorView] | None = Field(
+        default=None, description=f"One entry per invalid field (422), the first {MAX_FIELD_ERRORS} of them."
+    )
+    more_errors: int | None = Field(
+        default=None, description="How many more invalid fields there are than `errors` lists; absent when none."
+    )
 
 
 class ConflictView(_View):
@@ -675,7 +714,8 @@ class BatchItemView(_View):
     status_code: int = Field(
         description="What POST /jobs would answer for this job alone: 202 accepted (`created` false: a repeat of a job "
         "already accepted with the same payload), 409 the jobId is taken by another job, 403 another tenant's "
-        "workspace, 413 too large, 503 the queue did not take it (send the same job again)."
+        "workspace, 404 a workspace not registered yet, 413 too large, 503 the queue did not take it (send the "
+        "same job again)."
     )
     status: str | None
     message_id: str | None
@@ -781,6 +821,7 @@ _REFUSAL_DESCRIPTIONS: Final = {
     413: "The body is over the size limit.",
     415: "The body is not JSON.",
     422: "A field or parameter is invalid; `errors` names each one.",
+    429: "The tenant's workspace quota is used up; the message says how to raise it.",
     503: "The job store or queue is unavailable; retry the same request (see Retry-After).",
 }
 
@@ -927,7 +968,7 @@ def _drop_unreferenced_schemas(document: dict[str, Any]) -> None:
     summary="Submit a job to a workspace",
     responses=answers(
         {202: ("Accepted, or already accepted with the same payload (`created` false).", JobAcceptedView)},
-        (400, 401, 403, 409, 413, 415, 422, 503),
+        (400, 401, 403, 404, 409, 413, 415, 422, 503),
         models={409: ConflictView},
     ),
     openapi_extensions=json_request_body(JobRequest, "A job: its jobId, workspaceId, type and the type's payload."),
@@ -958,6 +999,9 @@ def submit_job() -> Response[Any]:
     except WorkspaceForbiddenError as forbidden:
         logger.info("workspace belongs to another tenant")
         raise RequestRefused(HTTPStatus.FORBIDDEN, str(forbidden)) from None
+    except WorkspaceUnregisteredError as unregistered:
+        logger.info("workspace not registered")
+        raise RequestRefused(HTTPStatus.NOT_FOUND, str(unregistered)) from None
     metrics.add_metric(name="JobsAccepted" if result.created else "JobsResubmitted", unit=MetricUnit.Count, value=1)
     logger.info("job accepted" if result.created else "job already accepted", extra={"status": result.status})
     return _json_response(HTTPStatus.ACCEPTED, result.as_response(), headers={"Location": f"/jobs/{job.job_id}"})
@@ -1026,7 +1070,7 @@ def read_job(job_id: str) -> Response[Any]:
     summary="Register a workspace (or update its registration)",
     responses=answers(
         {201: ("Registered.", WorkspaceView), 200: ("Registration updated.", WorkspaceView)},
-        (400, 401, 403, 413, 415, 422, 503),
+        (400, 401, 403, 413, 415, 422, 429, 503),
     ),
     openapi_extensions=json_request_body(
         WorkspaceRegistration, "The git branch of a git remote the workspace works on."
@@ -1039,10 +1083,14 @@ def register_workspace(workspace_id: str) -> Response[Any]:
     workspace_id = _valid_path_id("workspaceId", workspace_id)
     logger.append_keys(workspace_id=workspace_id, tenant_id=tenant)
     registration = parse_workspace_registration(app.current_event, svc.settings)
+    check_tenant_bounds(registration, tenant, svc.settings)
     try:
         outcome = workspace_registry(svc).register(workspace_id, registration, tenant)
     except WorkspaceOwnedElsewhereError as owned:
         raise RequestRefused(HTTPStatus.FORBIDDEN, str(owned)) from None
+    except WorkspaceQuotaError as quota:
+        logger.info("workspace quota used up", extra={"limit": quota.limit})
+        raise RequestRefused(HTTPStatus.TOO_MANY_REQUESTS, str(quota)) from None
     metrics.add_metric(
         name="WorkspacesRegistered" if outcome.created else "WorkspacesUpdated", unit=MetricUnit.Count, value=1
     )
@@ -1313,6 +1361,8 @@ def refused(error: RequestRefused) -> Response[Any]:
     body: dict[str, Any] = {"message": error.message}
     if error.errors is not None:
         body["errors"] = error.errors
+    if error.more_errors:
+        body["moreErrors"] = error.more_errors
     return _json_response(error.status, body)
 
 

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from aws_lambda_powertools import Logger, Metrics, Tracer
 
 from agent_jobs.services import build_services
+from agent_jobs.tenancy import TenantBounds
 from agent_jobs.workspaces import WorkspaceRegistry
 from jobs.registered import RegisteredWorkspaceStore
 from processing import BatchWorker
@@ -32,7 +33,12 @@ def worker() -> BatchWorker:
         _worker = BatchWorker(
             services=services,
             # Registered git workspaces; their warm bare caches live under WORKSPACES_ROOT (/tmp in Lambda).
-            workspaces=RegisteredWorkspaceStore(registry, Path(services.settings.workspaces_root)),
+            workspaces=RegisteredWorkspaceStore(
+                registry,
+                Path(services.settings.workspaces_root),
+                # Tokens, file-system remotes and hosts only within the workspace owner's bounds.
+                bounds=TenantBounds.from_settings(services.settings),
+            ),
             logger=logger,
             metrics=metrics,
             tracer=tracer,

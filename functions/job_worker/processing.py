@@ -356,6 +356,7 @@ class BatchWorker:
                 job_context,
                 registration=workspaces.registration(workspace_id),
                 token=lambda: workspaces.token(workspace_id),
+                check_host=workspaces.check_host,
             )
         return job_context
 
@@ -396,9 +397,55 @@ class BatchWorker:
             if rejected:  # False: this message was rejected (and its workspace halted) before
                 self._count_halt()
             return None
+        bound = self._bind_tenant(record, message)
+        if bound is None:
+            return None
         if resolve_payload_ref:  # parking needs only the pointer; running needs the payload
-            message = self._resolve_payload(message, lambda: self._backoff_seconds(record))
-        return message
+            bound = self._resolve_payload(bound, lambda: self._backoff_seconds(record))
+        return bound
+
+    def _bind_tenant(self, record: SQSRecord, message: JobMessage) -> JobMessage | None:
+        """The message with its job's tenant: the workspace owner's. A message naming another tenant is REJECTED (its
+        workspace halted for the owner to see; nothing applied) and None returned; one naming none takes the owner's.
+
+        The registration is cached per execution environment and its owner never changes, so this costs no read on
+        the happy path. A workspace nobody registered keeps the message's tenant: its job ends DEAD saying to register
+        the workspace (`_job_context`); without a tenant either, the message is REJECTED with that advice. The folder
+        store of the worker's own tests has no registrations: there the message's tenant stands.
+        """
+        owner: str | None = None
+        if isinstance(self.workspaces, RegisteredWorkspaceStore):
+            try:
+                owner = self.workspaces.registration(message.workspace_id).tenant_id
+            except PermanentJobError:
+                owner = None  # not registered
+        if owner is not None and message.tenant_id not in (None, owner):
+            reason = (
+                f"message names tenant {message.tenant_id} but workspace {message.workspace_id} belongs to another "
+                "tenant; nothing was applied"
+            )
+        elif owner is None and message.tenant_id is None:
+            reason = (
+                f"message names no tenant and workspace {message.workspace_id} is not registered: register it with "
+                f"PUT /workspaces/{message.workspace_id}, then resume the workspace"
+            )
+        else:
+            tenant = owner or message.tenant_id
+            return message if tenant == message.tenant_id else message.model_copy(update={"tenant_id": tenant})
+        # The owner sees this record on its halted workspace: it names the message's claim, never more of the sender.
+        rejected = self.services.guard.reject(
+            message_id=record.message_id,
+            job_id=message.job_id,
+            workspace_id=message.workspace_id,
+            tenant_id=owner,
+            reason=reason,
+            body=record.body,
+        )
+        self.logger.error("message rejected: workspace halted", extra={"reason": reason, "jobId": message.job_id})
+        self._count("JobsRejected", str(message.type))
+        if rejected:
+            self._count_halt()
+        return None
 
     def _resolve_payload(self, message: JobMessage, backoff_seconds: Callable[[], int]) -> JobMessage:
         """The message with a large job's payload fetched from the payload bucket (the one place pointers are resolved,

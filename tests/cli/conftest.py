@@ -20,7 +20,7 @@ from agent_jobs.keys import job_key
 from agent_jobs_cli.main import OPERATOR_SCOPE, app
 from agent_jobs_local.auth import mint_token
 from agent_jobs_local.runtime import LocalRuntime
-from agent_jobs_local.workload import create_remote, register_workspaces
+from agent_jobs_local.workload import create_remote, register_workspaces, remote_path
 
 TENANT = "default"
 PATCH = "--- a/f\n+++ b/f\n@@ -0,0 +1 @@\n+x\n"
@@ -82,7 +82,7 @@ class CliHarness:
         return json.loads(result.stdout)
 
     def register(self, *workspace_ids: str) -> dict[str, Path]:
-        remotes = {ws: create_remote(self.root / "remotes" / f"{ws}.git", ws) for ws in workspace_ids}
+        remotes = {ws: create_remote(remote_path(self.runtime.remotes_root, ws), ws) for ws in workspace_ids}
         register_workspaces(self.runtime.api_url, remotes, github_api_url="https://api.github.com")
         return remotes
 

@@ -18,7 +18,7 @@ from agent_jobs_cli.deadletters import DeadLetterQueue, RedriveOutcome
 from agent_jobs_cli.main import app
 from agent_jobs_local.demo import remote_branches
 from tests.cli.conftest import CliHarness, job_item, table_items
-from tests.conftest import Stack, make_job, make_message
+from tests.conftest import Stack, make_job, make_message, register_workspace
 
 
 def max_receive_count(sqs: Any, queue_url: str) -> int:
@@ -66,7 +66,8 @@ def run(path: Path, *args: str, input: str | None = None) -> Any:
 
 
 def enqueue(stack: Stack, *job_ids: str, workspace_id: str = "ws-d") -> list[str]:
-    """Accept jobs as the API does; returns their SequenceNumbers."""
+    """Accept jobs as the API does (its workspace registered first); returns their SequenceNumbers."""
+    register_workspace(stack, workspace_id, "tenant-1")
     return [
         str(
             enqueue_job(
@@ -181,7 +182,7 @@ def test_dlq_redrive_rejects_a_body_that_is_not_a_job_and_deletes_a_job_that_too
     assert outcomes == {"ws-bad": RedriveOutcome.REJECTED, "ws-done": RedriveOutcome.ALREADY_DONE}
     assert server_stack.job("bad-1")["status"] == JobStatus.REJECTED
     assert server_stack.workspace("ws-bad")["state"] == WorkspaceState.HALTED
-    assert server_stack.workspace("ws-done") is None  # nothing halted a workspace whose job took effect
+    assert server_stack.workspace("ws-done")["state"] == "ACTIVE"  # nothing halted a workspace whose job took effect
     assert depth(sqs, server_stack.dlq_url) == 0
 
 
@@ -238,7 +239,7 @@ def test_dlq_redrive_leaves_a_leased_job_and_everything_behind_it_in_its_group(
     assert "LEFT" in result.stdout
     assert "STOPPED" in result.stdout
     assert server_stack.job("l-2")["status"] == JobStatus.QUEUED
-    assert server_stack.workspace("ws-l") is None
+    assert server_stack.workspace("ws-l")["state"] == "ACTIVE"  # not halted
     assert depth(sqs, server_stack.dlq_url) == 2
     # and both are visible again for the next run
     assert [m.job_id for m in DeadLetterQueue(sqs, server_stack.dlq_url).read().messages] == ["l-1", "l-2"]

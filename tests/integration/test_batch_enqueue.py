@@ -15,13 +15,15 @@ from agent_jobs.keys import workspace_key
 from agent_jobs.models import JobStatus
 from agent_jobs.producer import BatchItemResult, InvalidBatchError, enqueue_jobs
 from enqueue_api import app
-from tests.conftest import Stack, enqueue, make_job
+from tests.conftest import Stack, enqueue, make_job, register_workspace
 from tests.integration.test_enqueue_api import Api, job_body, post_event, use_environment
 
 TENANT = "tenant-1"
 
 
 def submit(stack: Stack, jobs: list[Any], *, sqs: Any = None, tenant_id: str = TENANT) -> list[BatchItemResult]:
+    for workspace_id in dict.fromkeys(job.workspace_id for job in jobs):
+        register_workspace(stack, workspace_id, tenant_id)
     return enqueue_jobs(
         jobs,
         tenant_id,
@@ -207,6 +209,8 @@ def large_jobs(count: int) -> list[Any]:
 
 
 def submit_inline(stack: Stack, jobs: list[Any], *, sqs: Any = None) -> list[BatchItemResult]:
+    for workspace_id in dict.fromkeys(job.workspace_id for job in jobs):
+        register_workspace(stack, workspace_id, TENANT)
     return enqueue_jobs(
         jobs,
         TENANT,
@@ -251,6 +255,7 @@ def test_enqueue_jobs_refuses_a_batch_naming_a_job_id_twice(any_stack: Stack) ->
 
 def test_enqueue_jobs_a_too_large_job_without_a_payload_store_is_a_per_item_413(stack: Stack) -> None:
     jobs = [make_job("small", "ws-a"), make_job("big", "ws-a", payload={"patch": "x" * 5000, "commitMessage": "m"})]
+    register_workspace(stack, "ws-a", TENANT)
 
     results = enqueue_jobs(
         jobs, TENANT, guard=stack.guard, sqs=stack.services.sqs, queue_url=stack.queue_url, inline_limit_bytes=2048

@@ -7,6 +7,7 @@ import base64
 import copy
 import hashlib
 import json
+import re
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -15,15 +16,19 @@ from typing import Any
 
 import pytest
 
-from agent_jobs.models import JobMessage, JobStatus, JobType, job_message
+from agent_jobs.models import ID_PATTERN, JobMessage, JobStatus, JobType, job_message
 from agent_jobs_local.event_source import LambdaContextStub
 from enqueue_api import app
-from tests.conftest import Stack, enqueue, make_job
+from tests.conftest import Stack, enqueue, make_job, register_workspace
 from tests.naive.producer import naive_enqueue
 
 EVENTS = Path(__file__).resolve().parents[2] / "events"
 PATCH = "--- a/f.txt\n+++ b/f.txt\n@@ -0,0 +1 @@\n+hello\n"
 PUBLIC_FIELDS = set(app.PUBLIC_JOB_FIELDS)
+
+
+def _is_id(value: str) -> bool:
+    return bool(re.match(ID_PATTERN, value)) and len(value) <= 64
 
 
 def load_event(name: str) -> dict[str, Any]:
@@ -106,13 +111,34 @@ class Api:
 
     def __init__(self, stack: Stack) -> None:
         self.stack = stack
+        self.registered: set[str] = set()  # workspaces `invoke` registered for the caller before a job request
 
-    def invoke(self, event: dict[str, Any]) -> ApiResponse:
+    def invoke(self, event: dict[str, Any], *, register: bool = True) -> ApiResponse:
+        """Invoke the function with `event`; a job's workspace is registered for the caller's tenant first (unless
+        `register` is False, or the workspace is registered or another tenant's), as a tenant does before sending."""
+        if register:
+            self._register_workspaces_of(event)
         context = LambdaContextStub(timeout_seconds=10, function_name="EnqueueApiFunction")
         response = app.lambda_handler(copy.deepcopy(event), context)
         assert response.get("isBase64Encoded") is False
         body = json.loads(response["body"]) if response.get("body") else {}
         return ApiResponse(status=response["statusCode"], body=body, headers=response.get("headers", {}))
+
+    def _register_workspaces_of(self, event: dict[str, Any]) -> None:
+        if event["requestContext"]["http"]["method"] != "POST" or not event["rawPath"].startswith("/jobs"):
+            return
+        claims = ((event["requestContext"].get("authorizer") or {}).get("jwt") or {}).get("claims") or {}
+        tenant = claims.get("tenant_id")
+        try:
+            document = json.loads(base64.b64decode(event["body"]) if event.get("isBase64Encoded") else event["body"])
+        except (ValueError, TypeError):
+            return
+        jobs = document.get("jobs") if isinstance(document, dict) and "jobs" in document else [document]
+        workspaces = [job.get("workspaceId") for job in jobs or [] if isinstance(job, dict)]
+        for workspace_id in dict.fromkeys(workspaces):
+            if isinstance(tenant, str) and _is_id(tenant) and isinstance(workspace_id, str) and _is_id(workspace_id):
+                register_workspace(self.stack, workspace_id, tenant)
+                self.registered.add(workspace_id)
 
     def post(self, body: Any = None, **kwargs: Any) -> ApiResponse:
         return self.invoke(post_event(body, **kwargs))
@@ -121,7 +147,13 @@ class Api:
         return self.invoke(get_event(job_id, **kwargs))
 
     def items(self) -> list[dict[str, Any]]:
-        return self.stack.services.dynamodb.scan(TableName=self.stack.table_name)["Items"]
+        """The table's items, but for the registrations `invoke` made (and their tenants' counts)."""
+        made = {f"ws#{workspace_id}" for workspace_id in self.registered}
+        return [
+            item
+            for item in self.stack.services.dynamodb.scan(TableName=self.stack.table_name)["Items"]
+            if not (item["pk"]["S"] in made or (self.registered and item["pk"]["S"].startswith("tenant#")))
+        ]
 
     def drain(self) -> list[dict[str, Any]]:
         """Receive and delete everything on the queue (as a worker would), returning the Lambda-shaped records."""

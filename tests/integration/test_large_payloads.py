@@ -196,7 +196,7 @@ def test_worker_acknowledges_a_duplicate_of_a_succeeded_job_whose_object_expired
     # Then it is a duplicate: acknowledged, the job stays SUCCEEDED and the workspace active
     assert _failed(failed) == []
     assert stack.job("big-1")["status"] == JobStatus.SUCCEEDED
-    assert stack.workspace("ws-a") is None
+    assert stack.workspace("ws-a")["state"] == "ACTIVE"
     assert workspaces.commits("ws-a") == ["big-1"]
 
 
@@ -214,7 +214,7 @@ def test_worker_retries_a_pointer_when_s3_is_unavailable(stack, make_worker, wor
     # Then the record comes back later; nothing is rejected, dead or halted
     assert len(failed) == 1
     assert stack.job("big-1")["status"] == JobStatus.QUEUED
-    assert stack.workspace("ws-a") is None
+    assert stack.workspace("ws-a")["state"] == "ACTIVE"
     assert stack.queue_depth() == 1
 
 

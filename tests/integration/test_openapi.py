@@ -81,11 +81,11 @@ def test_openapi_documents_every_operations_answers(document: dict[str, Any]) ->
 def test_openapi_status_codes_are_those_each_route_answers(document: dict[str, Any]) -> None:
     statuses = {key: set(operation["responses"]) for key, operation in operations(document).items()}
 
-    assert statuses[("POST", "/jobs")] == {"202", "400", "401", "403", "409", "413", "415", "422", "503"}
+    assert statuses[("POST", "/jobs")] == {"202", "400", "401", "403", "404", "409", "413", "415", "422", "503"}
     assert statuses[("POST", "/jobs:batch")] == {"200", "400", "401", "403", "413", "415", "422", "503"}
     assert statuses[("GET", "/jobs/{jobId}")] == {"200", "401", "403", "404", "422", "503"}
     assert statuses[("PUT", "/workspaces/{workspaceId}")] == {
-        *("200", "201", "400", "401", "403", "413", "415", "422", "503")
+        *("200", "201", "400", "401", "403", "413", "415", "422", "429", "503")
     }
     assert statuses[("GET", "/workspaces/{workspaceId}")] == {"200", "401", "403", "404", "422", "503"}
     assert statuses[("GET", "/workspaces/{workspaceId}/jobs")] == {"200", "400", "401", "403", "404", "422", "503"}

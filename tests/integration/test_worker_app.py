@@ -38,11 +38,15 @@ def sandbox_endpoint(any_stack: Stack, tmp_path: Path, monkeypatch: pytest.Monke
 
 @pytest.fixture
 def worker_app(
-    any_stack: Stack, sandbox_endpoint: LambdaInvokeServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    any_stack: Stack,
+    sandbox_endpoint: LambdaInvokeServer,
+    git_workspaces: GitWorkspaces,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> Any:
     import app  # the worker function folder is on the path as in Lambda (/var/task)
 
-    for name, value in any_stack.env().items():
+    for name, value in {**any_stack.env(), **git_workspaces.env()}.items():
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("WORKSPACES_ROOT", str(tmp_path / "ws"))
     monkeypatch.setenv("AWS_ENDPOINT_URL_LAMBDA", sandbox_endpoint.url)

@@ -23,12 +23,14 @@ from tests.integration.test_enqueue_api import (
 )
 
 REGISTRATION_FIELDS = set(app.PUBLIC_WORKSPACE_FIELDS)
+# The API's WORKSPACES_REMOTE_ROOT here: a tenant's file-system remotes lie in REMOTES_ROOT/<tenantId>.
+REMOTES_ROOT = "/srv/git"
 STATUS_FIELDS = REGISTRATION_FIELDS | set(app.PUBLIC_WORKSPACE_STATE_FIELDS)
 
 
 def registration(**overrides: Any) -> dict[str, Any]:
     body: dict[str, Any] = {
-        "remoteUrl": "/srv/git/repo-alpha.git",
+        "remoteUrl": "/srv/git/default/repo-alpha.git",
         "branch": "agent/repo-alpha",
         "testCommands": {"unit": ["python", "-m", "pytest", "-q"]},
     }
@@ -55,7 +57,10 @@ def put_event(
 ) -> dict[str, Any]:
     """events/http_put_workspace.json for another workspace (as it appears in the URL path), body and claims."""
     event = _at_workspace(load_event("http_put_workspace.json"), workspace_id, "PUT")
-    text = raw if raw is not None else json.dumps(registration() if body is None else body)
+    if body is None:  # the tenant's own remote, in its folder of the remotes root
+        tenant = (claims or {}).get("tenant_id", "default")
+        body = registration(remoteUrl=f"{REMOTES_ROOT}/{tenant}/repo-alpha.git")
+    text = raw if raw is not None else json.dumps(body)
     event["headers"]["content-length"] = str(len(text.encode("utf-8", "surrogatepass")))
     event["headers"]["content-type"] = content_type
     event["body"] = text
@@ -78,7 +83,7 @@ class WorkspaceApi(Api):
 @pytest.fixture
 def api(any_stack: Stack, monkeypatch: pytest.MonkeyPatch) -> Iterator[WorkspaceApi]:
     """The function's environment from the stack (as template.yaml sets it), and no services cached from before."""
-    use_environment(monkeypatch, any_stack.env("EnqueueApiFunction"))
+    use_environment(monkeypatch, {**any_stack.env("EnqueueApiFunction"), "WORKSPACES_REMOTE_ROOT": REMOTES_ROOT})
     monkeypatch.setattr(app.metrics, "namespace", "AgentJobsTest")
     yield WorkspaceApi(any_stack)
     app.reset_services()
@@ -97,7 +102,7 @@ def test_register_workspace_is_201_then_200(api: WorkspaceApi) -> None:
     assert created.body == {
         "workspaceId": "repo-alpha",
         "tenantId": "default",
-        "remoteUrl": "/srv/git/repo-alpha.git",
+        "remoteUrl": "/srv/git/default/repo-alpha.git",
         "branch": "agent/repo-alpha",
         "baseBranch": "main",
         "testCommands": {"unit": ["python", "-m", "pytest", "-q"]},
@@ -207,14 +212,14 @@ def test_register_workspace_refuses_bad_input_without_writing(
 
 
 def test_read_workspace_shows_the_registration_and_active_state(api: WorkspaceApi) -> None:
-    registered = api.put(body=registration(tokenParameter="ssm:/agent-jobs/github-token"))
+    registered = api.put(body=registration(tokenParameter="ssm:/agent-jobs/default/github-token"))
 
     response = api.read()
 
     assert response.status == 200
     assert set(response.body) == STATUS_FIELDS
     assert {name: response.body[name] for name in REGISTRATION_FIELDS} == registered.body
-    assert response.body["tokenParameter"] == "ssm:/agent-jobs/github-token"
+    assert response.body["tokenParameter"] == "ssm:/agent-jobs/default/github-token"
     assert (response.body["state"], response.body["haltingJobId"], response.body["haltReason"]) == (
         WorkspaceState.ACTIVE,
         None,
@@ -232,7 +237,7 @@ def test_read_workspace_shows_halted_after_the_guard_halted_it(api: WorkspaceApi
     assert response.body["state"] == WorkspaceState.HALTED
     assert response.body["haltingJobId"] == "job-7"
     assert response.body["haltReason"] == "job job-7 is DEAD"
-    assert response.body["remoteUrl"] == "/srv/git/repo-alpha.git"
+    assert response.body["remoteUrl"] == "/srv/git/default/repo-alpha.git"
 
 
 def test_read_workspace_halted_before_registration_shows_its_state(api: WorkspaceApi) -> None:
@@ -292,7 +297,7 @@ def test_sample_put_workspace_event_runs_unchanged(api: WorkspaceApi) -> None:
     assert created.status == 201
     assert again.status == 200
     assert created.body["workspaceId"] == "repo-alpha"
-    assert created.body["remoteUrl"] == "/srv/git/repo-alpha.git"
+    assert created.body["remoteUrl"] == "/srv/git/default/repo-alpha.git"
     assert created.body["branch"] == "agent/repo-alpha"
     assert created.body["testCommands"] == {"unit": ["python", "-m", "pytest", "-q"]}
     assert api.read().body["state"] == WorkspaceState.ACTIVE

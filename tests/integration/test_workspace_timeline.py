@@ -14,9 +14,9 @@ import pytest
 from agent_jobs.guard import AcceptOutcome, JobGuard, _wire
 from agent_jobs.models import JobStatus, job_message
 from enqueue_api import app
-from tests.conftest import ManualClock, Stack, make_job
+from tests.conftest import ManualClock, Stack, make_job, register_workspace
 from tests.integration.test_enqueue_api import ApiResponse, use_environment
-from tests.integration.test_workspace_api import WorkspaceApi, _at_workspace, get_event
+from tests.integration.test_workspace_api import REMOTES_ROOT, WorkspaceApi, _at_workspace, get_event
 
 OWNER = {"tenant_id": "tenant-a"}
 OTHER = {"tenant_id": "tenant-b"}
@@ -47,7 +47,9 @@ class TimelineApi(WorkspaceApi):
     def submit(
         self, *job_ids: str, workspace_id: str = "repo-alpha", tenant: str = "tenant-a", step: float = 1
     ) -> None:
-        """Record jobs as the producer does before sending them (the timeline reads the records, not the queue)."""
+        """Record jobs as the producer does before sending them (the timeline reads the records, not the queue), the
+        workspace registered for `tenant` first unless it is registered."""
+        register_workspace(self.stack, workspace_id, tenant)
         for job_id in job_ids:
             self.clock.advance(step)
             message = job_message(make_job(job_id, workspace_id), tenant)
@@ -98,7 +100,7 @@ class TimelineApi(WorkspaceApi):
 
 
 def _timeline_api(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> Iterator[TimelineApi]:
-    use_environment(monkeypatch, stack.env("EnqueueApiFunction"))
+    use_environment(monkeypatch, {**stack.env("EnqueueApiFunction"), "WORKSPACES_REMOTE_ROOT": REMOTES_ROOT})
     monkeypatch.setattr(app.metrics, "namespace", "AgentJobsTest")
     timeline_api = TimelineApi(stack)
     timeline_api.put(claims=OWNER)  # repo-alpha, registered by tenant-a

@@ -29,12 +29,16 @@ from agent_jobs_local.api_server import LocalApiServer
 from agent_jobs_local.auth import LOCAL_AUDIENCE, LOCAL_ISSUER, OPERATOR_SCOPE, mint_token, sign_claims
 from agent_jobs_local.template import TemplateModel
 from enqueue_api import app
-from tests.conftest import Stack
+from tests.conftest import Stack, register_workspace
 from tests.local_runtime.test_api_server import job_body
 
+REMOTES_ROOT = "/srv/git"  # the API's WORKSPACES_REMOTE_ROOT here
 
-def registration(workspace_id: str) -> dict[str, Any]:
-    return {"remoteUrl": f"/srv/git/{workspace_id}.git", "branch": f"agent/{workspace_id}", "testCommands": {}}
+
+def registration(workspace_id: str, tenant: str = "tenant-a") -> dict[str, Any]:
+    """A registration of `tenant`'s remote, in its folder of the remotes root."""
+    remote = f"{REMOTES_ROOT}/{tenant}/{workspace_id}.git"
+    return {"remoteUrl": remote, "branch": f"agent/{workspace_id}", "testCommands": {}}
 
 
 @dataclass(frozen=True)
@@ -68,7 +72,7 @@ class Api:
 
 
 def serve(stack: Stack, model: TemplateModel, monkeypatch: pytest.MonkeyPatch) -> Generator[Api]:
-    for name, value in stack.env("EnqueueApiFunction").items():
+    for name, value in {**stack.env("EnqueueApiFunction"), "WORKSPACES_REMOTE_ROOT": REMOTES_ROOT}.items():
         monkeypatch.setenv(name, value)
     app.reset_services()
     events: list[dict[str, Any]] = []
@@ -194,6 +198,7 @@ def test_auth_refused_token_is_401_and_the_function_is_not_invoked(
 def test_auth_valid_token_reaches_the_function_with_its_claims(
     api: Api, server_stack: Stack, make_authorization: Callable[[], str]
 ) -> None:
+    register_workspace(server_stack, "ws-a", "tenant-a")
     answer = api.call("POST", "/jobs", job_body("job-1"), make_authorization())
 
     assert answer.status == 202, answer.body
@@ -222,6 +227,7 @@ def scoped_api(server_stack: Stack, monkeypatch: pytest.MonkeyPatch) -> Iterator
 
 def test_auth_route_scopes_refuse_a_token_without_one_of_them_403(scoped_api: Api) -> None:
     # Given a job of tenant-a (POST /jobs has no scopes)
+    assert scoped_api.as_tenant("tenant-a")("PUT", "/workspaces/ws-a", registration("ws-a")).status == 201
     assert scoped_api.as_tenant("tenant-a")("POST", "/jobs", job_body("job-1")).status == 202
     invoked = len(scoped_api.events)
 
@@ -235,6 +241,7 @@ def test_auth_route_scopes_refuse_a_token_without_one_of_them_403(scoped_api: Ap
 
 
 def test_auth_route_scopes_admit_a_token_with_one_of_them(scoped_api: Api) -> None:
+    assert scoped_api.as_tenant("tenant-a")("PUT", "/workspaces/ws-a", registration("ws-a")).status == 201
     assert scoped_api.as_tenant("tenant-a")("POST", "/jobs", job_body("job-1")).status == 202
 
     answer = scoped_api.as_tenant("tenant-a", "agent-jobs/read", OPERATOR_SCOPE)("GET", "/jobs/job-1")
@@ -315,8 +322,9 @@ def test_auth_the_owning_tenant_enqueues_reads_and_updates(api: Api, server_stac
     assert (job.status, job.body["tenantId"]) == (200, "tenant-a")
     assert (workspace.status, workspace.body["tenantId"]) == (200, "tenant-a")
     assert updated.status == 200
-    assert unregistered.status == 202  # a workspace nobody registered yet takes jobs of any tenant
-    assert server_stack.queue_depth() == 2
+    assert unregistered.status == 404  # a workspace nobody registered takes no jobs: register it first
+    assert "PUT /workspaces/ws-free" in unregistered.body["message"]
+    assert server_stack.queue_depth() == 1
 
 
 def test_auth_cross_tenant_reads_and_registration_are_403(api: Api, server_stack: Stack) -> None:
@@ -327,18 +335,19 @@ def test_auth_cross_tenant_reads_and_registration_are_403(api: Api, server_stack
 
     job = tenant_b("GET", "/jobs/job-a")
     workspace = tenant_b("GET", "/workspaces/ws-a")
-    takeover = tenant_b("PUT", "/workspaces/ws-a", {**registration("ws-a"), "remoteUrl": "/srv/git/fork.git"})
+    takeover = tenant_b("PUT", "/workspaces/ws-a", registration("ws-a", "tenant-b"))
 
     assert job.status == 403
     assert "status" not in job.body
     assert workspace.status == 403
     assert "remoteUrl" not in workspace.body
     assert takeover.status == 403
-    assert server_stack.workspace("ws-a")["remoteUrl"] == "/srv/git/ws-a.git"
+    assert server_stack.workspace("ws-a")["remoteUrl"] == "/srv/git/tenant-a/ws-a.git"
 
 
 def test_auth_operator_token_of_another_tenant_reads_nothing(api: Api) -> None:
     # The operator scope acts on the caller's own tenant only
+    assert api.as_tenant("tenant-a")("PUT", "/workspaces/ws-a", registration("ws-a")).status == 201
     assert api.as_tenant("tenant-a")("POST", "/jobs", job_body("job-a")).status == 202
     assert api.as_tenant("tenant-b", OPERATOR_SCOPE)("GET", "/jobs/job-a").status == 403
 
@@ -410,7 +419,7 @@ def test_auth_token_command_refuses_what_the_api_would_refuse(
 
 def halted_workspace_of(api: Api, server_stack: Stack, tenant: str, workspace_id: str) -> None:
     """A workspace registered by `tenant` and halted by one of its jobs (as a DEAD job halts it)."""
-    assert api.as_tenant(tenant)("PUT", f"/workspaces/{workspace_id}", registration(workspace_id)).status == 201
+    assert api.as_tenant(tenant)("PUT", f"/workspaces/{workspace_id}", registration(workspace_id, tenant)).status == 201
     server_stack.guard.halt_workspace(workspace_id, tenant_id=tenant, job_id="job-0", reason="job job-0 is DEAD")
 
 

@@ -18,7 +18,7 @@ from agent_jobs.models import job_request_adapter, payload_hash
 from agent_jobs.settings import Settings
 from agent_jobs_local.api_server import MAX_PAYLOAD_BYTES
 from agent_jobs_local.runtime import LocalRuntime
-from agent_jobs_local.workload import create_remote, register_workspaces
+from agent_jobs_local.workload import create_remote, register_workspaces, remote_path
 
 TENANT = "tenant-large"
 
@@ -70,8 +70,8 @@ def test_runtime_applies_a_5_mib_patch_posted_over_http_byte_for_byte(tmp_path: 
     with LocalRuntime(workspaces_root=tmp_path / "workspaces", time_scale=0.25, concurrency=1) as runtime:
         runtime.api.authorizer_claims = lambda headers: {"tenant_id": TENANT}
         # Given a registered git workspace and a patch that adds a file of 5 MiB of text lines
-        remotes = {"ws-large": create_remote(tmp_path / "remotes" / "ws-large.git", "ws-large")}
-        register_workspaces(runtime.api_url, remotes, github_api_url="https://api.github.com")
+        remotes = {"ws-large": create_remote(remote_path(runtime.remotes_root, "ws-large", TENANT), "ws-large")}
+        register_workspaces(runtime.api_url, remotes, github_api_url="https://api.github.com", tenant_id=TENANT)
         content = big_text(5 * 1024 * 1024)
         body = {
             "jobId": "job-large-1",

@@ -13,7 +13,7 @@ import boto3
 from agent_jobs_local.auth import mint_token
 from agent_jobs_local.demo import remote_branches
 from agent_jobs_local.runtime import LocalRuntime, container_endpoint, scale_durations
-from agent_jobs_local.workload import create_remote, register_workspaces
+from agent_jobs_local.workload import create_remote, register_workspaces, remote_path
 from tests.conftest import make_job
 
 PATCH = "--- a/f\n+++ b/f\n@@ -0,0 +1 @@\n+x\n"
@@ -31,9 +31,9 @@ def submit(api_url: str, job_id: str, workspace_id: str) -> None:
         assert response.status == 202
 
 
-def register(api_url: str, root: Path, workspace_ids: list[str]) -> dict[str, Path]:
+def register(api_url: str, remotes_root: Path, workspace_ids: list[str]) -> dict[str, Path]:
     """Bare git remotes for the workspaces, registered through the API (PUT /workspaces/{workspaceId})."""
-    remotes = {ws: create_remote(root / f"{ws}.git", ws) for ws in workspace_ids}
+    remotes = {ws: create_remote(remote_path(remotes_root, ws), ws) for ws in workspace_ids}
     register_workspaces(api_url, remotes, github_api_url="https://api.github.com")
     return remotes
 
@@ -63,7 +63,7 @@ def test_runtime_applies_jobs_from_http_in_submission_order_per_workspace(tmp_pa
 
         # When agents submit 5 jobs to each of 4 registered workspaces, interleaved, over HTTP
         submitted: dict[str, list[str]] = {f"ws-{w}": [] for w in range(4)}
-        remotes = register(runtime.api_url, tmp_path / "remotes", list(submitted))
+        remotes = register(runtime.api_url, runtime.remotes_root, list(submitted))
         for n in range(5):
             for workspace_id, jobs in submitted.items():
                 job_id = f"job-{workspace_id}-{n}"
@@ -98,7 +98,7 @@ def test_runtime_worker_crash_after_the_side_effect_still_applies_the_job_once(t
     ) as runtime:
         # When jobs of two workspaces are submitted and run
         submitted = {"ws-a": ["job-a-1", "job-a-2", "job-a-3"], "ws-b": ["job-b-1", "job-b-2"]}
-        remotes = register(runtime.api_url, tmp_path / "remotes", list(submitted))
+        remotes = register(runtime.api_url, runtime.remotes_root, list(submitted))
         for workspace_id, jobs in submitted.items():
             for job_id in jobs:
                 submit(runtime.api_url, job_id, workspace_id)

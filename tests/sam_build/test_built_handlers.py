@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import REPO, Stack
+from tests.conftest import REPO, Stack, register_workspace
 from tests.integration.lambda_invoke import LambdaInvokeServer, presigned_get
 
 RUNNER = r"""
@@ -93,10 +93,15 @@ def built_sandbox(local_build_dir: Path, server_stack: Stack, tmp_path: Path) ->
 
 @pytest.fixture
 def built_env(
-    server_stack: Stack, moto_server: str, tmp_path: Path, built_sandbox: LambdaInvokeServer
+    server_stack: Stack,
+    moto_server: str,
+    tmp_path: Path,
+    built_sandbox: LambdaInvokeServer,
+    git_workspaces: Any,
 ) -> dict[str, str]:
     return {
         **server_stack.env(),
+        **git_workspaces.env(),
         "AWS_ENDPOINT_URL": moto_server,
         "AWS_ENDPOINT_URL_LAMBDA": built_sandbox.url,
         "WORKSPACES_ROOT": str(tmp_path / "ws"),
@@ -135,6 +140,7 @@ def test_built_worker_runs_the_sqs_events(
 
 
 def test_built_producer_runs_the_http_events(local_build_dir: Path, built_env: dict[str, str], server_stack: Stack):
+    register_workspace(server_stack, "ws-demo", "default")  # the event's workspace, of the event's tenant
     posted = run_built(local_build_dir, "EnqueueApiFunction", REPO / "events/http_post_job.json", built_env)
     assert posted["statusCode"] == 202
     job_id = json.loads(posted["body"])["jobId"]

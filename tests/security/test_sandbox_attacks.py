@@ -109,7 +109,7 @@ def start_stack(root: Path, **options: Any) -> Iterator[Stack]:
         workspaces_root=root / "workspaces",
         time_scale=0.1,
         concurrency=2,
-        extra_worker_env={"WORKSPACES_REMOTE_ROOT": str(remotes_root)},
+        remotes_root=remotes_root,
         **options,
     ).start()
     try:

@@ -17,7 +17,7 @@ from typing import Any
 from agent_jobs_local.auth import OPERATOR_SCOPE, mint_token
 from agent_jobs_local.demo import remote_branches
 from agent_jobs_local.runtime import LocalRuntime
-from agent_jobs_local.workload import create_remote, register_workspaces
+from agent_jobs_local.workload import create_remote, register_workspaces, remote_path
 from tests.conftest import make_job
 
 TENANT = "tenant-1"
@@ -67,7 +67,7 @@ def test_resume_applies_every_job_of_the_halted_workspace_once_in_order_and_othe
     ) as runtime:
         api = runtime.api_url
         workspaces = ["ws-a", "ws-b", "ws-c"]
-        remotes = {ws: create_remote(tmp_path / "remotes" / f"{ws}.git", ws) for ws in workspaces}
+        remotes = {ws: create_remote(remote_path(runtime.remotes_root, ws, TENANT), ws) for ws in workspaces}
         register_workspaces(api, remotes, github_api_url="https://api.github.com", tenant_id=TENANT)
 
         def job(job_id: str) -> Any:

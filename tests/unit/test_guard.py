@@ -9,7 +9,7 @@ import pytest
 from agent_jobs.guard import AcceptOutcome, ClaimOutcome, FailOutcome, JobGuard
 from agent_jobs.models import JobStatus, WorkspaceRegistration, WorkspaceState
 from agent_jobs.workspaces import WorkspaceRegistry
-from tests.conftest import ManualClock, Stack, make_message
+from tests.conftest import ManualClock, Stack, make_message, register_workspace
 
 
 @pytest.fixture
@@ -19,6 +19,7 @@ def clock() -> ManualClock:
 
 @pytest.fixture
 def guard(stack: Stack, clock: ManualClock) -> JobGuard:
+    register_workspace(stack, "ws-a", "tenant-1")  # the workspace of make_message's jobs: the producer takes none else
     return JobGuard(stack.services.dynamodb, stack.table_name, max_attempts=3, clock=clock)
 
 
@@ -285,22 +286,30 @@ def test_record_accepted_refuses_a_workspace_of_another_tenant_and_writes_nothin
     )
 
 
-def test_record_accepted_lets_any_tenant_into_a_workspace_item_without_one(guard: JobGuard):
-    # Given a workspace halted by a message that named no tenant: nobody owns it yet, as registering treats it
+def test_record_accepted_refuses_a_workspace_nobody_registered_and_writes_nothing(guard: JobGuard, stack: Stack):
+    # Given no item for ws-new, and ws-x halted by a message that named no tenant (an item without a registration)
     guard.halt_workspace("ws-x", tenant_id=None, job_id="j0", reason="rejected")
-    assert guard.record_accepted(make_message("j1", workspace_id="ws-x", tenant_id="tenant-2")).outcome is (
-        AcceptOutcome.NEW
-    )
+
+    for workspace_id in ("ws-new", "ws-x"):
+        message = make_message(f"j-{workspace_id}", workspace_id=workspace_id, tenant_id="tenant-2")
+        assert guard.record_accepted(message).outcome is AcceptOutcome.WORKSPACE_UNREGISTERED
+        assert stack.job(f"j-{workspace_id}") is None
 
 
 def test_record_accepted_answers_a_sent_job_from_its_record_but_never_sends_into_a_taken_workspace(
     guard: JobGuard, stack: Stack
 ):
-    # Given two jobs of tenant-1 accepted for ws-a (only j-sent was sent) before ws-a became tenant-2's
+    # Given two jobs of tenant-1 accepted for ws-a (only j-sent was sent) before ws-a became tenant-2's (an item
+    # written by hand: a registration never changes its owner)
     guard.record_accepted(make_message("j-sent", workspace_id="ws-a", tenant_id="tenant-1"))
     guard.record_sent("j-sent", "msg-1", "1")
     guard.record_accepted(make_message("j-unsent", workspace_id="ws-a", tenant_id="tenant-1"))
-    guard.halt_workspace("ws-a", tenant_id="tenant-2", job_id="j9", reason="dead")
+    stack.services.dynamodb.update_item(
+        TableName=stack.table_name,
+        Key={"pk": {"S": "ws#ws-a"}},
+        UpdateExpression="SET tenantId = :other",
+        ExpressionAttributeValues={":other": {"S": "tenant-2"}},
+    )
     assert stack.workspace("ws-a")["tenantId"] == "tenant-2"
 
     # When tenant-1 repeats both requests

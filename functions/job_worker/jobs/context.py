@@ -25,3 +25,6 @@ class JobContext:
     # The function that runs test commands (TEST_SANDBOX_FUNCTION), None when none is configured; asked for on
     # demand, so only a run_tests job loads what it takes to pack and send a checkout.
     test_sandbox: Callable[[], TestSandbox | None] = field(default=lambda: None)
+    # Why a URL of the registration may not be called right now (its host resolves to a private address ...), or
+    # None: checked right before each connection (`agent_jobs.tenancy.TenantBounds.host_error`).
+    check_host: Callable[[str, str], str | None] = field(default=lambda url, field_name: None)

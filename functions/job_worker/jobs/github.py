@@ -64,7 +64,8 @@ class GitHubClient:
     Network errors, 5xx, 429 and rate-limited 403s are retried with exponential backoff and jitter (honouring
     `retry-after` and `x-ratelimit-reset` up to `max_backoff_seconds`), then raise `RetryableJobError` so the queue
     retries the job later. Answers that no retry can change (401, 404, other 4xx) raise `PermanentJobError` with what
-    to fix. `api_url` is `https://api.github.com` or a GitHub Enterprise Server's `https://HOST/api/v3`.
+    to fix. `api_url` is `https://api.github.com` or a GitHub Enterprise Server's `https://HOST/api/v3`;
+    `host_check` (the workspace's bounds) may refuse it before each request.
     """
 
     def __init__(
@@ -77,6 +78,7 @@ class GitHubClient:
         sleep: Callable[[float], None] = time.sleep,
         backoff_base_seconds: float = 0.5,
         max_backoff_seconds: float = 20,
+        host_check: Callable[[str], str | None] | None = None,
     ) -> None:
         parsed = urllib.parse.urlsplit(api_url)
         if parsed.scheme not in ("http", "https") or not parsed.netloc:
@@ -90,6 +92,7 @@ class GitHubClient:
         self.backoff_base_seconds = backoff_base_seconds
         self.max_backoff_seconds = max_backoff_seconds
         self._sleep = sleep
+        self._host_check = host_check
         self._opener = urllib.request.build_opener(_RefuseRedirects())
 
     def __repr__(self) -> str:
@@ -158,6 +161,12 @@ class GitHubClient:
     ) -> _Answer:
         url = self.api_url + path + (f"?{urllib.parse.urlencode(query)}" if query else "")
         what = f"{method} {path}"
+        # Right before connecting: the name may resolve elsewhere than when the workspace was registered.
+        refused = self._host_check(self.api_url) if self._host_check else None
+        if refused:
+            raise PermanentJobError(
+                f"{refused}; register the workspace again (PUT /workspaces/...) with a githubApiUrl on a public host"
+            )
         problem = ""
         for attempt in range(1, self.max_attempts + 1):
             try:

@@ -3,6 +3,10 @@
 The registration (remote, branch, base branch, test commands, token, GitHub repository) is read from the table once
 per workspace and kept for a minute in this execution environment, so a job costs no read on the happy path while a
 changed registration is seen soon. The git side is `jobs.git_workspace`, with its warm bare caches under `cache_root`.
+
+What a registration names is checked again here, at use, against the owner's bounds (`agent_jobs.tenancy`): a
+registration stored before a bound existed, a symlink made since, or a name that resolves elsewhere by now is a
+PermanentJobError saying what to fix, and the token or remote is never touched.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from agent_jobs.tenancy import TenantBounds
 from jobs.errors import PermanentJobError
 
 if TYPE_CHECKING:
@@ -30,8 +35,10 @@ class RegisteredWorkspaceStore:
         *,
         tokens: Callable[[str], str] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        bounds: TenantBounds | None = None,
     ) -> None:
         self._registry = registry
+        self.bounds = bounds or TenantBounds()
         self._tokens = tokens or _read_token
         self._clock = clock
         self._cached: dict[str, tuple[float, RegisteredWorkspace]] = {}
@@ -64,13 +71,37 @@ class RegisteredWorkspaceStore:
         return self._git.open(workspace_id)
 
     def token(self, workspace_id: str) -> str | None:
-        reference = self.registration(workspace_id).registration.token_parameter
-        return self._tokens(reference) if reference else None
+        registered = self.registration(workspace_id)
+        reference = registered.registration.token_parameter
+        if not reference:
+            return None
+        refused = self.bounds.token_parameter_error(reference, registered.tenant_id)
+        if refused:
+            raise PermanentJobError(
+                f"workspace {workspace_id!r} names token {reference!r}, which is not its tenant's: {refused}; "
+                f"register it again with PUT /workspaces/{workspace_id}, then resume the workspace"
+            )
+        return self._tokens(reference)
+
+    def check_host(self, url: str, field_name: str) -> str | None:
+        """Why `url` may not be called now (`TenantBounds.host_error`), or None."""
+        return self.bounds.host_error(url, field_name)
 
     def _remote(self, workspace_id: str) -> GitRemote:
         from jobs.git_workspace import GitCredentials, GitRemote
 
-        registration = self.registration(workspace_id).registration
+        registered = self.registration(workspace_id)
+        registration = registered.registration
+        remote = registration.remote_url
+        if remote.startswith("/") or remote.lower().startswith("file:"):
+            refused = self.bounds.file_remote_error(remote, registered.tenant_id)
+        else:
+            refused = self.bounds.host_error(remote, "remoteUrl")
+        if refused:
+            raise PermanentJobError(
+                f"workspace {workspace_id!r} cannot use its remote {remote!r}: {refused}; register it again with "
+                f"PUT /workspaces/{workspace_id}, then resume the workspace"
+            )
         credentials = None
         if registration.remote_url.startswith("https://"):
             token = self.token(workspace_id)

@@ -93,6 +93,7 @@ class AcceptOutcome(StrEnum):
     EXISTING = "EXISTING"  # recorded and sent earlier with the same payload: answer with the stored state
     CONFLICT = "CONFLICT"  # the jobId exists with another payload or tenant
     WORKSPACE_FORBIDDEN = "WORKSPACE_FORBIDDEN"  # the workspace is registered to (or halted for) another tenant
+    WORKSPACE_UNREGISTERED = "WORKSPACE_UNREGISTERED"  # no tenant registered the workspace: register it first
 
 
 @dataclass(frozen=True)
@@ -192,6 +193,26 @@ def _cancellation(error: ClientError) -> list[dict[str, Any]] | None:
     return list(error.response.get("CancellationReasons", []))  # type: ignore[arg-type]
 
 
+def _message_tenant(message: JobMessage) -> str:
+    # The producer names the tenant it verified; the worker gives a message sent to the queue without one the
+    # workspace owner's before it claims or parks it. A job is never recorded without a tenant.
+    if message.tenant_id is None:
+        raise ValueError(f"job {message.job_id} names no tenant: bind it to the workspace owner's first")
+    return message.tenant_id
+
+
+def _workspace_refusal(reason: Mapping[str, Any], tenant_id: str | None) -> AcceptOutcome | None:
+    """Why a workspace ownership check failed, from its old item: another tenant's (registered, or halted for it)
+    is WORKSPACE_FORBIDDEN; no item, or one without a registration of anyone else, is WORKSPACE_UNREGISTERED."""
+    if not _reason_failed(reason):
+        return None
+    old = to_item(reason.get("Item", {}))
+    owner = old.get("tenantId")
+    if owner and owner != tenant_id:
+        return AcceptOutcome.WORKSPACE_FORBIDDEN
+    return AcceptOutcome.WORKSPACE_UNREGISTERED
+
+
 def _reason_failed(reason: Mapping[str, Any]) -> bool:
     return reason.get("Code") == "ConditionalCheckFailed"
 
@@ -240,9 +261,10 @@ class JobGuard:
         """Record a job QUEUED before it is sent, unless its jobId is known: then say whether it is the same job.
 
         One transaction: the conditional put of the job and a check that its workspace item (`ws#<workspaceId>`)
-        is absent or carries the job's tenant, so a job never enters another tenant's workspace (WORKSPACE_FORBIDDEN,
-        nothing written). A known jobId is answered from its record first: CONFLICT for another job, EXISTING for
-        the same job already sent (nothing is sent again); the same job recorded but unsent is sent (UNSENT) only
+        is a registration of the job's tenant, so a job never enters another tenant's workspace (WORKSPACE_FORBIDDEN)
+        nor one nobody registered yet (WORKSPACE_UNREGISTERED), nothing written; the check's old item tells the two
+        apart, without a read. A known jobId is answered from its record first: CONFLICT for another job, EXISTING
+        for the same job already sent (nothing is sent again); the same job recorded but unsent is sent (UNSENT) only
         while its workspace is still the tenant's own.
         """
         item = self._queued_item(message, self._clock())
@@ -254,7 +276,7 @@ class JobGuard:
                 "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
             }
         }
-        workspace_is_the_tenants = self._workspace_owned_check(message.workspace_id, message.tenant_id)
+        workspace_is_the_tenants = self._workspace_owned_check(message.workspace_id, _message_tenant(message))
         try:
             self._client.transact_write_items(TransactItems=[put_job, workspace_is_the_tenants])
         except ClientError as error:
@@ -262,10 +284,10 @@ class JobGuard:
             if reasons is None or not any(_reason_failed(reason) for reason in reasons):
                 raise  # a transaction conflict or throttling: the caller answers 503 and the client retries
             job_reason = reasons[0] if reasons else {}
-            workspace_forbidden = len(reasons) > 1 and _reason_failed(reasons[1])
+            refusal = _workspace_refusal(reasons[1], message.tenant_id) if len(reasons) > 1 else None
             if not _reason_failed(job_reason):
-                return AcceptResult(AcceptOutcome.WORKSPACE_FORBIDDEN)
-            return self._known_job(message, to_item(job_reason.get("Item", {})), workspace_forbidden)
+                return AcceptResult(refusal or AcceptOutcome.WORKSPACE_FORBIDDEN)
+            return self._known_job(message, to_item(job_reason.get("Item", {})), refusal)
         return AcceptResult(AcceptOutcome.NEW, item)
 
     def record_sent(self, job_id: str, message_id: str, sequence_number: str | None) -> None:
@@ -304,7 +326,7 @@ class JobGuard:
             items = {index: self._queued_item(messages[index], now) for index in remaining}
             workspaces: dict[str, str] = {}  # workspace -> tenant, in first-seen order
             for index in remaining:
-                workspaces.setdefault(messages[index].workspace_id, messages[index].tenant_id)
+                workspaces.setdefault(messages[index].workspace_id, _message_tenant(messages[index]))
             transact: list[TransactWriteItemTypeDef] = [
                 {
                     "Put": {
@@ -323,19 +345,19 @@ class JobGuard:
                 reasons = _cancellation(error)
                 if reasons is None or not any(_reason_failed(reason) for reason in reasons):
                     raise  # a transaction conflict or throttling: the caller answers 503 and the client retries
-                forbidden = {
-                    ws
-                    for ws, reason in zip(workspaces, reasons[len(remaining) :], strict=False)
-                    if _reason_failed(reason)
+                refused = {
+                    ws: refusal
+                    for (ws, tenant), reason in zip(workspaces.items(), reasons[len(remaining) :], strict=False)
+                    if (refusal := _workspace_refusal(reason, tenant)) is not None
                 }
                 still_new = []
                 for index, reason in zip(remaining, reasons, strict=False):
                     message = messages[index]
                     if _reason_failed(reason):
                         old = to_item(reason.get("Item", {}))
-                        results[index] = self._known_job(message, old, message.workspace_id in forbidden)
-                    elif message.workspace_id in forbidden:
-                        results[index] = AcceptResult(AcceptOutcome.WORKSPACE_FORBIDDEN)
+                        results[index] = self._known_job(message, old, refused.get(message.workspace_id))
+                    elif message.workspace_id in refused:
+                        results[index] = AcceptResult(refused[message.workspace_id])
                     else:
                         still_new.append(index)
                 remaining = still_new
@@ -386,7 +408,7 @@ class JobGuard:
             "pk": job_key(message.job_id),
             "jobId": message.job_id,
             "workspaceId": message.workspace_id,
-            "tenantId": message.tenant_id,
+            "tenantId": _message_tenant(message),
             "type": str(message.type),
             "payloadHash": message.payload_hash,
             "status": str(JobStatus.QUEUED),
@@ -398,28 +420,30 @@ class JobGuard:
         }
 
     def _workspace_owned_check(self, workspace_id: str, tenant_id: str) -> TransactWriteItemTypeDef:
-        # A workspace item without a tenant (halted by a message that named none) is not anyone's yet, as registering
-        # treats it.
+        # Only a registration (remoteUrl) of the job's own tenant takes its jobs: a job sent before anyone registered
+        # the workspace would otherwise run on the branch of whoever registers it later. The old item on failure says
+        # which refusal it is (`_workspace_refusal`).
         return {
             "ConditionCheck": {
                 "TableName": self._table,
                 "Key": _wire({"pk": workspace_key(workspace_id)}),
-                "ConditionExpression": "attribute_not_exists(pk) OR attribute_not_exists(tenantId) OR tenantId = :tid",
+                "ConditionExpression": "attribute_exists(remoteUrl) AND tenantId = :tid",
                 "ExpressionAttributeValues": _wire({":tid": tenant_id}),
+                "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
             }
         }
 
     @staticmethod
-    def _known_job(message: JobMessage, old: Item, workspace_forbidden: bool) -> AcceptResult:
+    def _known_job(message: JobMessage, old: Item, workspace_refusal: AcceptOutcome | None) -> AcceptResult:
         # A known jobId: another job's record, the same job sent, or the same job unsent (sent only while its workspace
-        # is still the tenant's own).
+        # is still the tenant's own registration).
         same_job = old.get("payloadHash") == message.payload_hash and old.get("tenantId") == message.tenant_id
         if not same_job:
             return AcceptResult(AcceptOutcome.CONFLICT, old)
         if old.get("messageId"):
             return AcceptResult(AcceptOutcome.EXISTING, old)
-        if workspace_forbidden:
-            return AcceptResult(AcceptOutcome.WORKSPACE_FORBIDDEN)
+        if workspace_refusal is not None:
+            return AcceptResult(workspace_refusal)
         return AcceptResult(AcceptOutcome.UNSENT, old)
 
     # ---- worker side ---------------------------------------------------------------------------------------------
@@ -461,7 +485,7 @@ class JobGuard:
             ":exp": expires,
             ":jid": message.job_id,
             ":wid": message.workspace_id,
-            ":tid": message.tenant_id,
+            ":tid": _message_tenant(message),
             ":type": str(message.type),
             ":hash": message.payload_hash,
             ":mid": message_id,
@@ -513,7 +537,7 @@ class JobGuard:
             if reasons is None:
                 raise
             return self._explain_lost_claim(message, reasons, now, body=body, near_delivery_limit=near_delivery_limit)
-        lease = Lease(message.job_id, message.workspace_id, message.tenant_id, owner, expires)
+        lease = Lease(message.job_id, message.workspace_id, _message_tenant(message), owner, expires)
         return ClaimResult(ClaimOutcome.CLAIMED, lease=lease)
 
     def _explain_lost_claim(
@@ -669,7 +693,7 @@ class JobGuard:
             ":now": now,
             ":jid": message.job_id,
             ":wid": message.workspace_id,
-            ":tid": message.tenant_id,
+            ":tid": _message_tenant(message),
             ":type": str(message.type),
             ":hash": message.payload_hash,
             ":mid": message_id,
@@ -716,7 +740,7 @@ class JobGuard:
         }
         if halt_workspace:
             workspace_update = self._halt_workspace(
-                message.workspace_id, message.tenant_id, message.job_id, reason, now, parked_delta=1
+                message.workspace_id, _message_tenant(message), message.job_id, reason, now, parked_delta=1
             )
         else:
             workspace_update = self._count_parked(message.workspace_id, 1, now, only_if_halted=True)
@@ -794,7 +818,9 @@ class JobGuard:
                 "TableName": self._table,
                 "Key": _wire({"pk": pk}),
                 "UpdateExpression": "SET " + ", ".join(set_clauses) + " REMOVE #ttl",
-                "ConditionExpression": "attribute_not_exists(pk) OR #status = :rejected",
+                # Only a new record, or this same message's own rejection delivered again: never another message's
+                # rejection (possibly another tenant's job of the same jobId), which would take its body and reason.
+                "ConditionExpression": "attribute_not_exists(pk) OR (#status = :rejected AND messageId = :mid)",
                 "ExpressionAttributeNames": {"#status": "status", "#error": "error", "#ttl": "ttl"},
                 "ExpressionAttributeValues": _wire(values),
             }

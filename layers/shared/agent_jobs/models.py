@@ -176,13 +176,16 @@ class PayloadUnavailableError(Exception):
 class JobMessage(_Model):
     """The body of a queue message: the request plus the tenant the producer verified and the payload hash.
 
+    `tenantId` is optional for producers that send to the queue directly: the job's tenant is the workspace owner's
+    in any case, so the worker gives a message without one the owner's and rejects one that names another tenant.
+
     The payload travels inline (`payload`) or, when the message would be too large, as a pointer to an S3 object
     (`payloadRef`); exactly one of the two. The worker resolves a pointer with `agent_jobs.payloads.resolve_payload`.
     """
 
     job_id: JobId
     workspace_id: WorkspaceId
-    tenant_id: TenantId
+    tenant_id: TenantId | None = None
     type: JobType
     payload: dict[str, Any] | None = None
     payload_ref: PayloadRef | None = None
@@ -200,7 +203,7 @@ class JobMessage(_Model):
     def _without_absent_payload(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         # The side that is not used is left out, so an inline message reads exactly as before payloadRef existed.
         data: dict[str, Any] = handler(self)
-        for name in ("payload", "payload_ref", "payloadRef"):
+        for name in ("payload", "payload_ref", "payloadRef", "tenant_id", "tenantId"):
             if name in data and data[name] is None:
                 del data[name]
         return data

@@ -53,6 +53,17 @@ class WorkspaceForbiddenError(Exception):
         self.workspace_id = workspace_id
 
 
+class WorkspaceUnregisteredError(Exception):
+    """No tenant has registered the job's workspace: nothing was recorded or queued."""
+
+    def __init__(self, workspace_id: str) -> None:
+        super().__init__(
+            f"workspace '{workspace_id}' is not registered; register it first with PUT /workspaces/{workspace_id} "
+            "(its git remote and branch), then send the job again"
+        )
+        self.workspace_id = workspace_id
+
+
 @dataclass(frozen=True)
 class EnqueueResult:
     job_id: str
@@ -87,8 +98,9 @@ def enqueue_job(
     another payload is refused (JobConflictError) instead of being silently dropped by SQS deduplication, and a
     resubmission after the 5-minute deduplication window is answered from the record instead of being sent again.
     A record that exists but was never confirmed sent (the sender crashed) is sent again; the deduplication id and
-    the worker's claim make that safe. A job for a workspace of another tenant is refused (WorkspaceForbiddenError)
-    in the same write, so nothing is recorded or sent.
+    the worker's claim make that safe. A job for a workspace of another tenant is refused (WorkspaceForbiddenError),
+    and one for a workspace nobody registered (WorkspaceUnregisteredError), in the same write: nothing is recorded
+    or sent.
 
     A message body above `inline_limit_bytes` is sent as a pointer: the payload is stored in `payloads` first (so no
     QUEUED record or message ever points at an object that is not there; storing is idempotent), then the job is
@@ -107,6 +119,8 @@ def enqueue_job(
         raise JobConflictError(job.job_id)
     if accepted.outcome is AcceptOutcome.WORKSPACE_FORBIDDEN:
         raise WorkspaceForbiddenError(job.workspace_id)
+    if accepted.outcome is AcceptOutcome.WORKSPACE_UNREGISTERED:
+        raise WorkspaceUnregisteredError(job.workspace_id)
     if accepted.outcome is AcceptOutcome.EXISTING:
         item = accepted.item
         return EnqueueResult(
@@ -150,8 +164,8 @@ class InvalidBatchError(ValueError):
 class BatchItemResult:
     """The outcome of one job of a batch. `status_code` is what `POST /jobs` would have answered for the job alone:
     202 accepted (`created` false: already accepted with the same payload), 409 the jobId is taken by another job,
-    403 the workspace is another tenant's, 413 the job is too large, 503 the queue refused the job's message (its
-    record stays; send the same job again)."""
+    403 the workspace is another tenant's, 404 the workspace is not registered, 413 the job is too large, 503 the
+    queue refused the job's message (its record stays; send the same job again)."""
 
     job_id: str
     status_code: int
@@ -327,6 +341,9 @@ def _answer_known(job: ApplyPatchJob | RunTestsJob | OpenPrJob, outcome: AcceptR
     if outcome.outcome is AcceptOutcome.WORKSPACE_FORBIDDEN:
         forbidden = WorkspaceForbiddenError(job.workspace_id)
         return BatchItemResult(job.job_id, HTTPStatus.FORBIDDEN, message=str(forbidden))
+    if outcome.outcome is AcceptOutcome.WORKSPACE_UNREGISTERED:
+        unregistered = WorkspaceUnregisteredError(job.workspace_id)
+        return BatchItemResult(job.job_id, HTTPStatus.NOT_FOUND, message=str(unregistered))
     if outcome.outcome is AcceptOutcome.EXISTING:
         stored = outcome.item
         return BatchItemResult(

@@ -46,6 +46,18 @@ class Settings(BaseSettings):
     # How long a drain marker waits when the parked index lags behind the workspace's parkedCount.
     drain_lag_retry_seconds: Annotated[int, Field(ge=0, le=300)] = 1
     workspaces_root: str = "/tmp/agent-jobs/workspaces"
+    # Workspace tokens live under this prefix, a folder per tenant: SSM `/<prefix>/<tenantId>/...`, Secrets Manager
+    # `<prefix>/<tenantId>/...` (the template's WorkspaceTokenPrefix).
+    workspace_token_prefix: Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.-]+$")] = (
+        "agent-jobs"
+    )
+    # File-system remotes lie under `<root>/<tenantId>/` (e.g. an EFS mount); None refuses file-system remotes.
+    workspaces_remote_root: str | None = None
+    # host or host:port entries a registration may name although they resolve to a private or loopback address (the
+    # local runtime's fake GitHub); never set by the template. Comma-separated in the environment.
+    allowed_private_hosts: str = ""
+    # First registrations a tenant may make (updates of a registration do not count).
+    max_workspaces_per_tenant: Annotated[int, Field(ge=1)] = 100
     # How many message groups (workspaces) of one batch the worker runs at once, each group's records in order on its
     # own thread. A batch holds at most 10 records; 1 runs the batch as one sequential loop.
     group_concurrency: Annotated[int, Field(ge=1, le=10)] = 10
@@ -57,6 +69,11 @@ class Settings(BaseSettings):
 
     # The payload bucket's lifecycle expiration (PayloadRetentionDays); None when not set (no check).
     payload_retention_days: Annotated[int, Field(ge=1)] | None = None
+
+    @property
+    def private_hosts(self) -> frozenset[str]:
+        """ALLOWED_PRIVATE_HOSTS as a set of lower-case host or host:port entries."""
+        return frozenset(entry.strip().lower() for entry in self.allowed_private_hosts.split(",") if entry.strip())
 
     @property
     def max_claims(self) -> int:
@@ -84,6 +101,12 @@ class Settings(BaseSettings):
                 f" {SANDBOX_HEADROOM_SECONDS} s for unpacking and cleaning up; raise SandboxTimeout"
             )
         return value
+
+    @field_validator("workspaces_remote_root", mode="before")
+    @classmethod
+    def _empty_root_is_none(cls, value: object) -> object:
+        # The template passes an empty WorkspacesRemoteRoot as an empty string: no file-system remotes.
+        return None if value == "" else value
 
     @model_validator(mode="after")
     def _payloads_outlive_their_jobs(self) -> Settings:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from agent_jobs.guard import Clock, Item, _condition_failed, _wire, epoch_ms, to_item
+from agent_jobs.guard import Clock, Item, _cancellation, _condition_failed, _reason_failed, _wire, epoch_ms, to_item
 from agent_jobs.keys import workspace_key
 from agent_jobs.models import RegisteredWorkspace, WorkspaceRegistration, WorkspaceState
 
@@ -42,6 +42,27 @@ class WorkspaceOwnedElsewhereError(Exception):
         self.workspace_id = workspace_id
 
 
+class WorkspaceQuotaError(Exception):
+    """The tenant has made as many first registrations as it may; nothing was written."""
+
+    def __init__(self, tenant_id: str, limit: int) -> None:
+        super().__init__(
+            f"tenant '{tenant_id}' has registered {limit} workspaces, the most this deployment allows "
+            f"(MaxWorkspacesPerTenant = {limit}); update one of your workspaces instead, or ask the operator to raise "
+            "the MaxWorkspacesPerTenant parameter"
+        )
+        self.tenant_id = tenant_id
+        self.limit = limit
+
+
+DEFAULT_MAX_WORKSPACES_PER_TENANT = 100
+
+
+def tenant_key(tenant_id: str) -> str:
+    """The item counting a tenant's registrations."""
+    return f"tenant#{tenant_id}"
+
+
 @dataclass(frozen=True)
 class RegisterOutcome:
     """What `register` did: `created` is True for a first registration, False for an update of one."""
@@ -68,18 +89,29 @@ class WorkspaceStatus:
 class WorkspaceRegistry:
     """Registrations of workspaces in the job table (one item per workspace, keyed `ws#<workspaceId>`)."""
 
-    def __init__(self, client: DynamoDBClient, table_name: str, clock: Clock = epoch_ms) -> None:
+    def __init__(
+        self,
+        client: DynamoDBClient,
+        table_name: str,
+        clock: Clock = epoch_ms,
+        *,
+        max_workspaces_per_tenant: int = DEFAULT_MAX_WORKSPACES_PER_TENANT,
+    ) -> None:
         self._client = client
         self._table = table_name
         self._clock = clock
+        self._max_workspaces = max_workspaces_per_tenant
 
     def register(self, workspace_id: str, registration: WorkspaceRegistration, tenant_id: str) -> RegisterOutcome:
-        """Register (or re-register) a workspace for `tenant_id` with one conditional UpdateItem.
+        """Register (or re-register) a workspace for `tenant_id`.
 
-        The condition lets a tenant register a workspace nobody owns yet (including one the guard halted before it
-        was registered, for this tenant's job) or update its own; another tenant's raises
-        `WorkspaceOwnedElsewhereError`. Halt state on the item is left as it is. `registeredAt` keeps the time of
-        the first registration.
+        A first registration is one transaction: the workspace item's update, conditional on the item having no
+        registration and no other owner, and one more on the tenant's counter item (`tenant#<tenantId>`), conditional
+        on the count being below MaxWorkspacesPerTenant, so two concurrent first registrations cannot both pass the
+        limit (`WorkspaceQuotaError`). When the workspace is already the tenant's (the transaction's old item says
+        so), the registration is updated with one conditional UpdateItem and counts nothing. Another tenant's
+        workspace (registered, or halted for that tenant's job) raises `WorkspaceOwnedElsewhereError`. Halt state on
+        the item is left as it is. `registeredAt` keeps the time of the first registration.
         """
         now = self._clock()
         values: dict[str, Any] = {
@@ -105,27 +137,73 @@ class WorkspaceRegistry:
         )
         if removed:
             expression += " REMOVE " + ", ".join(f"#{attribute}" for attribute in removed)
+        names["#remoteUrl"] = "remoteUrl"
+        wire_values = _wire(
+            {**{f":{k}": v for k, v in values.items()}, ":now": now, ":active": str(WorkspaceState.ACTIVE)}
+        )
+        key = _wire({"pk": workspace_key(workspace_id)})
+        try:
+            self._client.transact_write_items(
+                TransactItems=[
+                    {
+                        "Update": {
+                            "TableName": self._table,
+                            "Key": key,
+                            "UpdateExpression": expression,
+                            "ConditionExpression": (
+                                "attribute_not_exists(#remoteUrl) AND "
+                                "(attribute_not_exists(#tenantId) OR #tenantId = :tenantId)"
+                            ),
+                            "ExpressionAttributeNames": names,
+                            "ExpressionAttributeValues": wire_values,
+                            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+                        }
+                    },
+                    {
+                        "Update": {
+                            "TableName": self._table,
+                            "Key": _wire({"pk": tenant_key(tenant_id)}),
+                            "UpdateExpression": (
+                                "SET tenantId = :tid, workspaceCount = if_not_exists(workspaceCount, :zero) + :one"
+                            ),
+                            "ConditionExpression": "attribute_not_exists(workspaceCount) OR workspaceCount < :limit",
+                            "ExpressionAttributeValues": _wire(
+                                {":tid": tenant_id, ":zero": 0, ":one": 1, ":limit": self._max_workspaces}
+                            ),
+                        }
+                    },
+                ]
+            )
+        except ClientError as error:
+            reasons = _cancellation(error)
+            if reasons is None or not any(_reason_failed(reason) for reason in reasons):
+                raise
+            if not _reason_failed(reasons[0]):
+                raise WorkspaceQuotaError(tenant_id, self._max_workspaces) from None
+            owner = to_item(reasons[0].get("Item", {})).get("tenantId")
+            if owner != tenant_id:
+                raise WorkspaceOwnedElsewhereError(workspace_id) from None
+        else:
+            workspace = RegisteredWorkspace(workspace_id, tenant_id, registration, now)
+            return RegisterOutcome(workspace=workspace, created=True)
+        # The tenant's own registration: an update, which the quota does not count.
         try:
             response = self._client.update_item(
                 TableName=self._table,
-                Key=_wire({"pk": workspace_key(workspace_id)}),
+                Key=key,
                 UpdateExpression=expression,
-                ConditionExpression="attribute_not_exists(#tenantId) OR #tenantId = :tenantId",
+                ConditionExpression="attribute_exists(#remoteUrl) AND #tenantId = :tenantId",
                 ExpressionAttributeNames=names,
-                ExpressionAttributeValues=_wire(
-                    {**{f":{k}": v for k, v in values.items()}, ":now": now, ":active": str(WorkspaceState.ACTIVE)}
-                ),
+                ExpressionAttributeValues=wire_values,
                 ReturnValues="ALL_OLD",
-                ReturnValuesOnConditionCheckFailure="ALL_OLD",
             )
         except ClientError as error:
-            if _condition_failed(error):
+            if _condition_failed(error):  # registrations are never removed: only another owner fails this
                 raise WorkspaceOwnedElsewhereError(workspace_id) from None
             raise
         old = to_item(response.get("Attributes", {}))
-        registered_at = int(old.get("registeredAt", now)) if "remoteUrl" in old else now
-        workspace = RegisteredWorkspace(workspace_id, tenant_id, registration, registered_at)
-        return RegisterOutcome(workspace=workspace, created="remoteUrl" not in old)
+        workspace = RegisteredWorkspace(workspace_id, tenant_id, registration, int(old.get("registeredAt", now)))
+        return RegisterOutcome(workspace=workspace, created=False)
 
     def get(self, workspace_id: str) -> RegisteredWorkspace | None:
         """The registration of a workspace, or None if it has none (no item, or an item with only halt state)."""
