@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from agent_jobs.models import JobStatus
-from tests.conftest import Stack, enqueue, make_job
+from tests.conftest import GitWorkspaces, Stack, enqueue, make_job
 from tests.integration.lambda_invoke import LambdaInvokeServer, presigned_get
 
 TENANT = "tenant-sandbox"
@@ -29,11 +29,15 @@ def sandbox_endpoint(any_stack: Stack, tmp_path: Path, monkeypatch: pytest.Monke
 
 @pytest.fixture
 def worker_app(
-    any_stack: Stack, sandbox_endpoint: LambdaInvokeServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    any_stack: Stack,
+    sandbox_endpoint: LambdaInvokeServer,
+    git_workspaces: GitWorkspaces,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> Any:
     import app
 
-    for name, value in any_stack.env().items():
+    for name, value in {**any_stack.env(), **git_workspaces.env()}.items():
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("WORKSPACES_ROOT", str(tmp_path / "ws"))
     monkeypatch.setenv("AWS_ENDPOINT_URL_LAMBDA", sandbox_endpoint.url)
@@ -48,7 +52,7 @@ def register(any_stack: Stack, register_git_workspace: Any, command: list[str], 
     git = register_git_workspace(any_stack, "ws-tests", files, tenant_id=TENANT)
     registration = WorkspaceRegistration.model_validate(
         {
-            "remoteUrl": str(git.root / "ws-tests.git"),
+            "remoteUrl": str(git.remotes["ws-tests"]),
             "branch": "agent/ws-tests",
             "testCommands": {"unit": command},
         }
