@@ -37,6 +37,7 @@ COMMAND = ".venv/bin/python -m agent_jobs_bench --only group_parallel"
 JOBS_PER_BATCH = 10
 WORKERS = ("parallel", "sequential", "naive")
 REGION = "us-east-1"
+BENCH_TENANT = "tenant-bench"
 SPEED_UP_GOAL = Goal(0.2, Comparison.AT_MOST, "at least 5x faster than the sequential loop (time ratio <= 0.2)")
 NO_SLOWER_GOAL = Goal(1.05, Comparison.AT_MOST, "over 1 group no slower than the sequential loop (ratio <= 1.05)")
 
@@ -137,7 +138,7 @@ class _Bench:
                     },
                 }
             )
-            enqueue_job(job, "tenant-bench", guard=self.services.guard, sqs=self.services.sqs, queue_url=self.queue_url)
+            enqueue_job(job, BENCH_TENANT, guard=self.services.guard, sqs=self.services.sqs, queue_url=self.queue_url)
         event = receive_event(
             self.services.sqs, self.queue_url, queue_arn=self.queue_arn, region=REGION, batch_size=JOBS_PER_BATCH
         )
@@ -155,13 +156,15 @@ class _Bench:
         return elapsed
 
     def _empty_table(self) -> None:
-        """Every batch starts on an empty table: moto copies a whole table for each transaction (to roll it back),
-        so a growing table would slow the worker's claims batch after batch, an emulator cost AWS does not have."""
+        """Every batch starts on a table of the registrations alone: moto copies a whole table for each transaction
+        (to roll it back), so a growing table would slow the worker's claims batch after batch, an emulator cost AWS
+        does not have. The workspace and tenant items stay: jobs are accepted only for registered workspaces."""
         dynamodb, table = self.services.dynamodb, self.services.settings.table_name
         keys = [
             {"pk": item["pk"]}
             for page in dynamodb.get_paginator("scan").paginate(TableName=table, ProjectionExpression="pk")
             for item in page["Items"]
+            if item["pk"]["S"].startswith("job#")
         ]
         for start in range(0, len(keys), 25):
             dynamodb.batch_write_item(
@@ -188,8 +191,10 @@ def _bench(io_seconds: float) -> Iterator[_Bench]:
     _worker_imports()
     from aws_lambda_powertools import Logger, Metrics, Tracer
 
+    from agent_jobs.models import WorkspaceRegistration
     from agent_jobs.services import build_services
     from agent_jobs.settings import Settings
+    from agent_jobs.workspaces import WorkspaceRegistry
     from agent_jobs_local.emulator import Emulator
     from agent_jobs_local.template import TemplateModel, load_template, provision
     from processing import BatchWorker
@@ -223,6 +228,13 @@ def _bench(io_seconds: float) -> Iterator[_Bench]:
                 )
 
             parallel = worker(int(base.get("group_concurrency", 10)))
+            # Jobs are accepted only for a workspace their tenant registered (its remote is never used here).
+            registry = WorkspaceRegistry(parallel.services.dynamodb, resources.table_name)
+            for index in range(JOBS_PER_BATCH):
+                registration = WorkspaceRegistration.model_validate(
+                    {"remoteUrl": f"https://git.example.com/bench/gp-ws-{index}.git", "branch": f"agent/gp-ws-{index}"}
+                )
+                registry.register(f"gp-ws-{index}", registration, BENCH_TENANT)
             yield _Bench(
                 services=parallel.services,
                 queue_url=resources.queue_url,

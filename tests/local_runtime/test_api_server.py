@@ -17,7 +17,7 @@ import pytest
 from agent_jobs_local.api_server import HttpRoute, LocalApiServer, http_api_routes
 from agent_jobs_local.auth import mint_token
 from enqueue_api import app
-from tests.conftest import Stack
+from tests.conftest import Stack, register_workspace
 
 EVENTS = Path(__file__).resolve().parents[2] / "events"
 PATCH = "--- a/f\n+++ b/f\n@@ -0,0 +1 @@\n+x\n"
@@ -69,6 +69,7 @@ def api(server_stack: Stack, monkeypatch: pytest.MonkeyPatch) -> Iterator[Api]:
     for name, value in server_stack.env("EnqueueApiFunction").items():
         monkeypatch.setenv(name, value)
     app.reset_services()
+    register_workspace(server_stack, "ws-a", "default")  # the jobs' workspace, registered by the token's tenant
     events: list[dict[str, Any]] = []
 
     def handler(event: dict[str, Any], context: Any) -> Any:
@@ -213,8 +214,9 @@ def test_api_server_binary_body_is_base64_encoded(api: Api) -> None:
 def test_api_server_authorizer_hook_gives_the_claims_to_the_handler(server_stack: Stack, api: Api) -> None:
     # Given an authorizer that verified a token for tenant-x
     api.server.authorizer_claims = lambda headers: {"tenant_id": "tenant-x"} if "authorization" in headers else None
+    register_workspace(server_stack, "ws-x", "tenant-x")
 
-    answer = api.post_job(job_body("job-claims"), Authorization="Bearer token")
+    answer = api.post_job(job_body("job-claims", "ws-x"), Authorization="Bearer token")
 
     assert answer.status == 202
     assert api.events[-1]["requestContext"]["authorizer"] == {
