@@ -6,43 +6,12 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import pytest
-
 from agent_jobs.models import JobStatus
-from tests.conftest import GitWorkspaces, Stack, enqueue, make_job
-from tests.integration.lambda_invoke import LambdaInvokeServer, presigned_get
+from tests.conftest import Stack, enqueue, make_job
 
 TENANT = "tenant-sandbox"
-
-
-@pytest.fixture
-def sandbox_endpoint(any_stack: Stack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[LambdaInvokeServer]:
-    (tmp_path / "sandbox").mkdir()
-    monkeypatch.setenv("SANDBOX_WORK_ROOT", str(tmp_path / "sandbox"))
-    with LambdaInvokeServer(any_stack.env()["TEST_SANDBOX_FUNCTION"], fetch=presigned_get(any_stack)) as server:
-        yield server
-
-
-@pytest.fixture
-def worker_app(
-    any_stack: Stack,
-    sandbox_endpoint: LambdaInvokeServer,
-    git_workspaces: GitWorkspaces,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-) -> Any:
-    import app
-
-    for name, value in {**any_stack.env(), **git_workspaces.env()}.items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.setenv("WORKSPACES_ROOT", str(tmp_path / "ws"))
-    monkeypatch.setenv("AWS_ENDPOINT_URL_LAMBDA", sandbox_endpoint.url)
-    monkeypatch.setattr(app, "_worker", None)
-    return app
 
 
 def register(any_stack: Stack, register_git_workspace: Any, command: list[str], files: dict[str, bytes]) -> None:

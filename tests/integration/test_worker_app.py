@@ -4,15 +4,12 @@ run on the real-shaped events in events/."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from agent_jobs.models import JobStatus
 from tests.conftest import REPO, GitWorkspaces, Stack, enqueue, make_message
-from tests.integration.lambda_invoke import LambdaInvokeServer, presigned_get
 
 EVENTS = REPO / "events"
 
@@ -25,33 +22,6 @@ BETA_FILES = {"README.md": b"old\n"}
 def git(any_stack: Stack, register_git_workspace: Any) -> GitWorkspaces:
     register_git_workspace(any_stack, "repo-alpha", ALPHA_FILES, tenant_id="tenant-demo")
     return register_git_workspace(any_stack, "repo-beta", BETA_FILES, tenant_id="tenant-demo")  # type: ignore[no-any-return]
-
-
-@pytest.fixture
-def sandbox_endpoint(any_stack: Stack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[LambdaInvokeServer]:
-    """The test sandbox function behind a Lambda Invoke endpoint (its handler in this process)."""
-    (tmp_path / "sandbox").mkdir()
-    monkeypatch.setenv("SANDBOX_WORK_ROOT", str(tmp_path / "sandbox"))
-    with LambdaInvokeServer(any_stack.env()["TEST_SANDBOX_FUNCTION"], fetch=presigned_get(any_stack)) as server:
-        yield server
-
-
-@pytest.fixture
-def worker_app(
-    any_stack: Stack,
-    sandbox_endpoint: LambdaInvokeServer,
-    git_workspaces: GitWorkspaces,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-) -> Any:
-    import app  # the worker function folder is on the path as in Lambda (/var/task)
-
-    for name, value in {**any_stack.env(), **git_workspaces.env()}.items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.setenv("WORKSPACES_ROOT", str(tmp_path / "ws"))
-    monkeypatch.setenv("AWS_ENDPOINT_URL_LAMBDA", sandbox_endpoint.url)
-    monkeypatch.setattr(app, "_worker", None)  # a cold start for each test
-    return app
 
 
 def load_event(name: str) -> dict[str, Any]:
