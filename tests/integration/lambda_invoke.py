@@ -48,6 +48,9 @@ class LambdaInvokeServer:
         self.fetch = fetch or _download
         self.timeout_seconds = timeout_seconds
         self.handler = handler
+        # One execution environment runs one invocation at a time, as Lambda's do: the in-process handler reaps its
+        # own children, which would take another invocation's if two ran at once in this process.
+        self._one_at_a_time = threading.Lock()
         self.invocations: list[tuple[str, dict[str, Any]]] = []
         endpoint = self
 
@@ -92,7 +95,8 @@ class LambdaInvokeServer:
             data = self.fetch(archive["url"])
             event["archive"] = {"inline": base64.b64encode(data).decode(), "sha256": archive["sha256"]}
         try:
-            answer = self.handler(event, _Remaining(self.timeout_seconds))
+            with self._one_at_a_time:
+                answer = self.handler(event, _Remaining(self.timeout_seconds))
         except Exception as error:
             self._answer(request, 200, {"errorMessage": str(error), "errorType": type(error).__name__}, None, True)
             return
