@@ -285,6 +285,8 @@ class ExecutionEnvironment:
         self._requests = Connection(requests_write, readable=False)
         self._replies = Connection(replies_read, writable=False)
         self.pid = self._process.pid
+        self.init: InvocationResult | None = None  # the Init phase's outcome, once wait_until_ready returned
+        self.invocations = 0
         with contextlib.suppress(OSError):  # the process is already gone: wait_until_ready reports it
             self._requests.send(spec)
 
@@ -293,7 +295,12 @@ class ExecutionEnvironment:
         return self._process.poll() is None
 
     def wait_until_ready(self, timeout: float = INIT_TIMEOUT_SECONDS) -> InvocationResult:
-        """The Init phase: OK once the handler module is imported (and the bootstrap ran)."""
+        """The Init phase: OK once the handler module is imported (and the bootstrap ran). Also kept as `init`."""
+        if self.init is None:
+            self.init = self._init(timeout)
+        return self.init
+
+    def _init(self, timeout: float) -> InvocationResult:
         started = time.monotonic()
         reply = self._reply(timeout)
         duration = time.monotonic() - started
@@ -314,6 +321,7 @@ class ExecutionEnvironment:
     ) -> InvocationResult:
         """Run one invocation; the process is killed when it has not answered `timeout_seconds` (+ slack) later."""
         started = time.monotonic()
+        self.invocations += 1
         try:
             self._requests.send(("invoke", dict(event), timeout_seconds))
         except OSError:

@@ -1,6 +1,6 @@
 """Lambda's SQS event source mapping for the worker, run locally: pollers, batches, warm environments, settling.
 
-Faithful to what DESIGN.md ("Local runtime") asks, with every setting read from the template model and none kept
+Faithful to Lambda's event source mapping, with every setting read from the template model and none kept
 here: batches of up to the event source's BatchSize from its queue (the queue's own visibility timeout applies); up to
 ScalingConfig.MaximumConcurrency concurrent invocations; each invocation gets a context whose remaining time counts
 down from the function's Timeout, and is killed at that Timeout; the function's CodeUri and Handler are what runs,
@@ -17,9 +17,13 @@ reports would be ignored):
   a crash ends the environment (the next invocation of that poller is a cold start); after a function error the
   environment stays warm, as Lambda keeps it.
 
-Each poller thread owns at most one warm environment (`execution_environment.ExecutionEnvironment`, a spawned process),
-started when the thread first has a batch to run: a cold start (the Init phase is not part of the invocation's
-Timeout, as in Lambda).
+Each poller thread owns at most one warm environment (`execution_environment.ExecutionEnvironment`, a spawned process).
+A poller starts its environment and waits for the Init phase before it receives a batch: the Init phase is not part
+of the invocation's Timeout, as in Lambda, and it must not eat into the records' visibility timeout either, which
+`time_scale` shortens while an import takes as long as ever (twenty environments starting at once on two cores took
+longer than a scaled visibility timeout, and their records came back to other pollers before any handler ran). The
+first invocation of an environment is its cold start; an Init that failed fails the batch received next (nothing
+deleted), as a failed Init fails the invocation it was started for in Lambda.
 
 Polling uses short ReceiveMessage calls with a pause between empty ones that doubles up to a second while a poller
 finds nothing (moto's long poll re-scans a FIFO queue without pausing while its visible messages belong to groups in
@@ -379,6 +383,10 @@ class EventSourcePoller:
         environment: ExecutionEnvironment | None = None
         try:
             while not self._stopping.is_set():
+                if environment is None:
+                    # Initialise before taking a batch: the records' visibility timeout (scaled with the Timeout)
+                    # would otherwise run through an Init phase that time_scale does not shorten.
+                    environment = self._start_environment()
                 try:
                     event = self._receive(sqs, idle)
                 except Exception:  # the emulator restarting or unreachable: poll again, as Lambda's pollers do
@@ -402,6 +410,14 @@ class EventSourcePoller:
             if environment is not None:
                 environment.shutdown()
 
+    def _start_environment(self) -> ExecutionEnvironment:
+        """A new environment, through its Init phase (whose outcome it keeps as `init`)."""
+        environment = ExecutionEnvironment(self.spec)
+        with self._lock:
+            self._counters.cold_starts += 1
+        environment.wait_until_ready()
+        return environment
+
     def _run_batch(
         self, index: int, sqs: SQSClient, event: dict[str, Any], environment: ExecutionEnvironment | None
     ) -> ExecutionEnvironment | None:
@@ -410,15 +426,14 @@ class EventSourcePoller:
             self._counters.batches += 1
             self._counters.records_received += len(message_ids)
 
-        cold_start = environment is None or not environment.alive
-        if environment is None or not environment.alive:
-            environment = ExecutionEnvironment(self.spec)
-            with self._lock:
-                self._counters.cold_starts += 1
-            init = environment.wait_until_ready()
-            if init.outcome is not Outcome.OK:
-                self._record(index, cold_start, message_ids, init, environment.pid, outcome=str(init.outcome))
-                return None
+        if environment is None or (not environment.alive and environment.wait_until_ready().outcome is Outcome.OK):
+            environment = self._start_environment()
+        cold_start = environment.invocations == 0
+        init = environment.wait_until_ready()
+        if init.outcome is not Outcome.OK:
+            # As in Lambda, a failed Init fails the invocation it was started for: the batch returns to the queue.
+            self._record(index, cold_start, message_ids, init, environment.pid, outcome=str(init.outcome))
+            return None
 
         with self._lock:
             self._active += 1

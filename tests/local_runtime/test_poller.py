@@ -28,6 +28,7 @@ RECORDING_FUNCTION = textwrap.dedent(
     import time
 
     COLD = True
+    time.sleep(float(os.environ.get("INIT_SECONDS", "0")))  # a slow Init phase (imports, clients) when asked
 
 
     def lambda_handler(event, context):
@@ -105,6 +106,9 @@ def run_poller_on(
     moto_server: str,
     monkeypatch: pytest.MonkeyPatch,
     messages: list[tuple[str, dict[str, Any]]],
+    *,
+    concurrency: int = 1,  # one environment, so "the next invocation after a kill" is well defined
+    function_env: dict[str, str] | None = None,
 ) -> Run:
     """Provision the copy in the emulator, send `messages` (group, body), run its poller until the queue is empty."""
     monkeypatch.setenv("AWS_ENDPOINT_URL", moto_server)
@@ -126,9 +130,9 @@ def run_poller_on(
         queue_url=resources.queue_url,
         queue_arn=resources.queue_arn,
         region=REGION,
-        function_env={"BATCH_LOG": str(batch_log)},
+        function_env={"BATCH_LOG": str(batch_log), **(function_env or {})},
         endpoint_url=moto_server,
-        concurrency=1,  # one environment, so "the next invocation after a kill" is well defined
+        concurrency=concurrency,
         poll_wait_seconds=0.5,
     )
     with poller:
@@ -202,6 +206,35 @@ def test_poller_follows_the_template(
     assert stats.records_deleted == len(messages)
     assert stats.records_received == stats.records_deleted + stats.records_in_failed_invocations
     assert stats.max_concurrent_invocations == 1
+
+
+def timeout_1_visibility_2(template: dict[str, Any]) -> None:
+    worker_properties(template)["Timeout"] = 1
+    template["Resources"]["JobsQueue"]["Properties"]["VisibilityTimeout"] = 2
+
+
+def test_poller_initialises_environments_before_taking_records(
+    tmp_path: Path, moto_server: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a function whose Init phase outlasts the queue's VisibilityTimeout (as a 1.2 s import does against a
+    # time-scaled visibility, with many environments starting at once on a small machine), two pollers, and jobs
+    template_path = write_template_copy(tmp_path, timeout_1_visibility_2)
+    messages: list[tuple[str, dict[str, Any]]] = [(f"ws#{n}", {"name": f"job-{n}"}) for n in range(3)]
+
+    # When the pollers run until the queue is empty
+    run = run_poller_on(
+        template_path, tmp_path, moto_server, monkeypatch, messages, concurrency=2, function_env={"INIT_SECONDS": "4"}
+    )
+
+    # Then no record came back to the queue while an environment was starting: each was received and handled once
+    deliveries = [record[2] for batch in run.batches for record in batch["records"]]
+    assert sorted(record[1]["name"] for batch in run.batches for record in batch["records"]) == [
+        "job-0",
+        "job-1",
+        "job-2",
+    ]
+    assert deliveries == ["1", "1", "1"]
+    assert run.poller.stats.records_received == 3
 
 
 def test_poller_concurrency_defaults_to_the_templates_maximum_concurrency(tmp_path: Path) -> None:
