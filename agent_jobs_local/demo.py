@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import sys
 import tempfile
 import threading
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,6 +20,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from agent_jobs_local.fake_github import FakeGitHub
+from agent_jobs_local.poller import InvocationRecord
 from agent_jobs_local.runtime import LocalRuntime
 from agent_jobs_local.template import DEFAULT_TEMPLATE_PATH, TemplateModel, load_template
 from agent_jobs_local.workload import (
@@ -168,6 +172,7 @@ def _run_with_runtime(
             progress.update(settled, completed=settled_jobs(items))
 
         stats: Any = runtime.poller.stats
+        write_invocation_log(runtime.poller.invocation_log(), log_dir / "invocations.jsonl")
         pulls = [
             PullRequestSeen(f"{pull.owner}/{pull.repo}", pull.head, pull.base, pull.number, pull.state)
             for pull in github.list_pulls()
@@ -197,6 +202,13 @@ def remote_branches(remotes: dict[str, Path], cache_root: Path) -> Callable[[str
     return lambda ws: [commit.job_id for commit in store.open(ws).history()]
 
 
+def write_invocation_log(records: list[InvocationRecord], path: Path) -> None:
+    """Every worker invocation of the run, a JSON object per line (poller, cold start, outcome, duration, ...)."""
+    with path.open("w") as log:
+        for record in records:
+            log.write(json.dumps(dataclasses.asdict(record)) + "\n")
+
+
 def settled_jobs(items: list[dict[str, Any]]) -> int:
     return sum(1 for item in items if str(item["pk"]).startswith("job#") and item.get("status") in SETTLED)
 
@@ -205,6 +217,9 @@ def quiet_producer(log_path: Path) -> None:
     """The producer runs in this process: send its Powertools logs and metrics to a file, not over the progress
     (run_demo puts sys.stdout back when the runtime stops)."""
     log = open(log_path, "a", buffering=1)  # noqa: SIM115  (open for the rest of the run)
+    # A request that publishes no metric (a GET, a refused request) makes Powertools warn; in Lambda that goes to the
+    # function's log, here it would print over the progress.
+    warnings.filterwarnings("ignore", message="No application metrics to publish", category=UserWarning)
     producer = sys.modules.get("enqueue_api.app")
     if producer is not None:
         producer.logger.registered_handler.setStream(log)

@@ -15,6 +15,7 @@ The tests of `jobs.github` use it, and the local demo serves it to the worker pr
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import threading
@@ -282,12 +283,14 @@ def _handler_for(fake: FakeGitHub) -> type[BaseHTTPRequestHandler]:
             headers = {key.lower(): value for key, value in self.headers.items()}
             status, answer_headers, answer = fake.answer(self.command, self.path, headers, body)
             payload = json.dumps(answer).encode() if answer is not None else b""
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json; charset=utf-8")
-            self.send_header("Content-Length", str(len(payload)))
-            for name, value in answer_headers.items():
-                self.send_header(name, value)
-            self.end_headers()
-            self.wfile.write(payload)
+            # A worker killed at its Timeout mid-request has closed the connection: GitHub does not mind either.
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json; charset=utf-8")
+                self.send_header("Content-Length", str(len(payload)))
+                for name, value in answer_headers.items():
+                    self.send_header(name, value)
+                self.end_headers()
+                self.wfile.write(payload)
 
     return Handler
