@@ -17,7 +17,7 @@ class Comparison(StrEnum):
 class Goal:
     value: float
     comparison: Comparison
-    text: str  # the goal as the issue states it, e.g. "<= 2 DynamoDB calls per job"
+    text: str  # the goal as stated, e.g. "<= 2 DynamoDB calls per job"
 
     def met_by(self, measured: float) -> bool:
         if self.comparison is Comparison.AT_MOST:

@@ -1,4 +1,4 @@
-"""The template facts cfn-lint cannot see (DESIGN.md, "Template facts that tests must assert"), as checks.
+"""The template facts cfn-lint cannot see as checks.
 
 Each check takes a `TemplateModel` and returns its violations as sentences (empty when the fact holds), so a test can
 assert both that the real template is clean and that a broken copy is reported. Values are read with the model's

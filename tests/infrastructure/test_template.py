@@ -1,4 +1,4 @@
-"""template.yaml is code: the facts cfn-lint cannot see (DESIGN.md), the issue's settings, both linters, and
+"""template.yaml is code: the facts cfn-lint cannot see, the documented settings, both linters, and
 queues and tables created from the template in moto matching what is deployed."""
 
 from __future__ import annotations
@@ -161,7 +161,7 @@ def test_template_model_needs_provisioned_resources_to_resolve_the_environment(m
         model.worker_environment()
 
 
-# --- DESIGN.md: template facts -------------------------------------------------------------------------------------
+# --- template facts cfn-lint cannot see ---------------------------------------------------------------------------
 
 
 def test_template_violations_are_none_for_the_real_template(model: TemplateModel) -> None:
@@ -356,7 +356,7 @@ def test_alarms_watch_dead_letter_depth_and_oldest_message_age(model: TemplateMo
     assert model.parameters["OldestMessageAgeAlarmSeconds"] == "900"
 
 
-# --- The issue's settings ------------------------------------------------------------------------------------------
+# --- The documented settings ---------------------------------------------------------------------------------------
 
 
 def test_worker_timeout_is_120_seconds(model: TemplateModel) -> None:

@@ -290,7 +290,7 @@ def test_submit_job_accepts_a_base64_encoded_body(api: Api) -> None:
     assert api.stack.queue_depth() == 1
 
 
-# ---- POST /jobs: resubmission and conflict (pitfall 7) -------------------------------------------------------------
+# ---- POST /jobs: resubmission and conflict -------------------------------------------------------------------------
 
 
 def test_submit_job_resubmission_with_same_payload_is_idempotent(api: Api) -> None:
@@ -622,7 +622,7 @@ def test_sample_events_run_unchanged(api: Api) -> None:
     assert api.stack.queue_depth() == 1
 
 
-# ---- pitfall 7: a resend with another payload ----------------------------------------------------------------------
+# ---- a resend with another payload: 409, never a silent drop -------------------------------------------------------
 
 
 def _second_payload_outcome(api: Api, submit: Any, job_id: str) -> str:

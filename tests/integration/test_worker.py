@@ -1,4 +1,4 @@
-"""The worker against moto (in-process and moto's server over HTTP), each pitfall of DESIGN.md shown twice:
+"""The worker against moto (in-process and moto's server over HTTP), each pitfall of the naive pattern shown twice:
 the product keeps the invariant, and the naive pattern (tests/naive) breaks it in the same scenario."""
 
 from __future__ import annotations
