@@ -14,11 +14,12 @@ import functools
 import os
 import sys
 import time
+import warnings
 from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import IO, Any, TextIO
 
 CRASH_EXIT_CODE = 137  # what a SIGKILLed process reports
 
@@ -50,6 +51,23 @@ def fired(marker_dir: Path) -> dict[Fault, list[str]]:
     return result
 
 
+def log_warnings_to(log: IO[str]) -> None:
+    """Python warnings (Powertools warns of an invocation that publishes no metric) go to `log`, as a Lambda
+    function's go to its log group, instead of printing over the progress."""
+
+    def show(  # noqa: PLR0917 - the signature of warnings.showwarning
+        message: Warning | str,
+        category: type[Warning],
+        filename: str,
+        lineno: int,
+        file: TextIO | None = None,
+        line: str | None = None,
+    ) -> None:
+        log.write(warnings.formatwarning(message, category, filename, lineno, line))
+
+    warnings.showwarning = show
+
+
 def install(handler_module: ModuleType, config: dict[str, Any]) -> None:
     """Wrap JobGuard.claim/complete, LocalWorkspace.commit and GitWorkspace.commit in this worker process according
     to `config`: {"plan": {jobId: fault}, "marker_dir": str, "slow_seconds": float, "log_dir": str | None}."""
@@ -65,6 +83,7 @@ def install(handler_module: ModuleType, config: dict[str, Any]) -> None:
         log = open(Path(config["log_dir"]) / f"worker-{os.getpid()}.log", "a", buffering=1)  # noqa: SIM115
         sys.stdout = log
         handler_module.logger.registered_handler.setStream(log)
+        log_warnings_to(log)
 
     def due(job_id: str, fault: Fault) -> bool:
         return plan.get(job_id) is fault and fire_once(marker_dir, fault, job_id)
