@@ -83,8 +83,13 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--crashes-per-kind", type=int, default=3)
     demo.add_argument("--slow-jobs", type=int, default=2)
     demo.add_argument("--seed", type=int, default=7)
-    demo.add_argument("--time-scale", type=float, default=0.02, help="multiplies Timeout and visibility timeout")
-    demo.add_argument("--concurrency", type=int, default=None, help="default: the template's MaximumConcurrency")
+    demo.add_argument("--time-scale", type=float, default=0.05, help="multiplies Timeout and visibility timeout")
+    demo.add_argument(
+        "--concurrency",
+        type=int,
+        default=None,
+        help="default: the template's MaximumConcurrency, at most 3 per CPU of this machine",
+    )
     demo.add_argument("--run-dir", type=Path, default=None, help="where logs, fault markers and workspaces go")
 
     _add_local_command(commands)

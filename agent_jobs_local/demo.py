@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import sys
 import tempfile
 import threading
 import time
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,6 +20,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from agent_jobs_local.fake_github import FakeGitHub
+from agent_jobs_local.faults import log_warnings_to
 from agent_jobs_local.poller import InvocationRecord
 from agent_jobs_local.runtime import LocalRuntime
 from agent_jobs_local.template import DEFAULT_TEMPLATE_PATH, TemplateModel, load_template
@@ -46,16 +47,17 @@ SETTLED = {"SUCCEEDED", "PARKED", "REJECTED", "DEAD", "SKIPPED"}
 def run_demo(
     config: WorkloadConfig,
     *,
-    time_scale: float = 0.02,
+    time_scale: float = 0.05,
     concurrency: int | None = None,
     run_dir: Path | None = None,
     template_path: Path = DEFAULT_TEMPLATE_PATH,
     console: Console | None = None,
-    drain_timeout: float = 600,
+    drain_timeout: float | None = None,
 ) -> Report:
     """Create a bare git remote per workspace, start the local runtime and a fake GitHub, register the workspaces
     through the HTTP API, run the workload through it, wait until the queue is empty, verify against the table, the
-    remotes' branches and the pull requests GitHub holds."""
+    remotes' branches and the pull requests GitHub holds. `drain_timeout` (default 600 s plus 1 s per job) is how long
+    the run may take before it is verified as it stands."""
     console = console or Console(stderr=True)
     run_dir = (run_dir or Path(tempfile.mkdtemp(prefix="agent-jobs-demo-"))).resolve()
     if (run_dir / "remotes").exists():
@@ -65,7 +67,12 @@ def run_demo(
     for folder in (marker_dir, log_dir, workspaces_root):
         folder.mkdir(parents=True, exist_ok=True)
     plan = make_plan(config)
-    timeout = TemplateModel(load_template(template_path), stack_name="x").worker.function.timeout_seconds * time_scale
+    model = TemplateModel(load_template(template_path), stack_name="x")
+    timeout = model.worker.function.timeout_seconds * time_scale
+    if concurrency is None:
+        concurrency = demo_concurrency(model)
+    if drain_timeout is None:
+        drain_timeout = 600 + plan.total
     bootstrap = {
         "plan": {job_id: str(fault) for job_id, fault in plan.faults.items()},
         "marker_dir": str(marker_dir),
@@ -91,6 +98,18 @@ def run_demo(
         )
     finally:
         sys.stdout = saved_stdout
+
+
+def demo_concurrency(model: TemplateModel, cpus: int | None = None) -> int:
+    """The demo's worker concurrency: the template's MaximumConcurrency, but at most 3 environments per CPU.
+
+    Each Lambda execution environment has CPU of its own; here every environment shares this machine's. Twenty
+    environments on two cores gave each a tenth of a core, so a job that takes a fraction of a second took most of a
+    time-scaled Timeout, invocations timed out, and their replacements' cold starts took the CPU the rest needed.
+    Three per CPU keeps the cores busy while one environment waits on git or the emulator."""
+    limits = [n for n in (model.worker.maximum_concurrency, model.worker.function.reserved_concurrency) if n]
+    per_machine = 3 * (cpus or os.cpu_count() or 1)
+    return max(1, min([*limits, per_machine]))
 
 
 def _run_with_runtime(
@@ -137,8 +156,8 @@ def _run_with_runtime(
         )
         console.print(
             f"{plan.total} jobs, {len(plan.by_workspace)} workspaces, {config.agents} agents; time scale {time_scale}"
-            f" (worker Timeout {timeout:.1f}s); faults: {len(plan.faults)} worker faults, poison in"
-            f" {plan.poison_workspace}; run folder {run_dir}"
+            f" (worker Timeout {timeout:.1f}s), up to {runtime.poller.concurrency} concurrent worker invocations;"
+            f" faults: {len(plan.faults)} worker faults, poison in {plan.poison_workspace}; run folder {run_dir}"
         )
         session = boto3.Session(region_name=runtime.resources.region)
         sqs = session.client("sqs", endpoint_url=runtime.endpoint_url)
@@ -217,9 +236,7 @@ def quiet_producer(log_path: Path) -> None:
     """The producer runs in this process: send its Powertools logs and metrics to a file, not over the progress
     (run_demo puts sys.stdout back when the runtime stops)."""
     log = open(log_path, "a", buffering=1)  # noqa: SIM115  (open for the rest of the run)
-    # A request that publishes no metric (a GET, a refused request) makes Powertools warn; in Lambda that goes to the
-    # function's log, here it would print over the progress.
-    warnings.filterwarnings("ignore", message="No application metrics to publish", category=UserWarning)
+    log_warnings_to(log)
     producer = sys.modules.get("enqueue_api.app")
     if producer is not None:
         producer.logger.registered_handler.setStream(log)

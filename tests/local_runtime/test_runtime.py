@@ -11,8 +11,9 @@ from typing import Any
 import boto3
 
 from agent_jobs_local.auth import mint_token
-from agent_jobs_local.demo import remote_branches
+from agent_jobs_local.demo import demo_concurrency, remote_branches
 from agent_jobs_local.runtime import LocalRuntime, container_endpoint, scale_durations
+from agent_jobs_local.template import TemplateModel
 from agent_jobs_local.workload import create_remote, register_workspaces, remote_path
 from tests.conftest import make_job
 
@@ -150,3 +151,15 @@ def test_runtime_scales_only_the_duration_settings() -> None:
     }
     assert scale_durations(environment, 1) == environment
     assert container_endpoint("http://127.0.0.1:5000") == "http://host.docker.internal:5000"
+
+
+def test_demo_runs_at_most_three_environments_per_cpu() -> None:
+    # Given the template (MaximumConcurrency 20) and copies with a lower limit
+    model = TemplateModel.from_path(stack_name="demo")
+    lower = TemplateModel.from_path(stack_name="demo", parameter_overrides={"WorkerMaximumConcurrency": 4})
+
+    # Then the demo's concurrency is the template's, capped at 3 per CPU of the machine it runs on
+    assert model.worker.maximum_concurrency == 20
+    assert demo_concurrency(model, cpus=2) == 6
+    assert demo_concurrency(model, cpus=16) == 20
+    assert demo_concurrency(lower, cpus=2) == 4
