@@ -9,6 +9,7 @@ minted with the local development key (`auth.mint_token`)."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import random
 import threading
@@ -71,6 +72,7 @@ class WorkloadConfig:
 
 
 BATCH_SIZE = 10
+NO_ANSWER = 599  # the status `_send` reports when no HTTP answer came back; retried like a 5xx
 
 
 @dataclass(frozen=True)
@@ -162,13 +164,26 @@ class Submissions:
 
 
 def _send(method: str, url: str, body: dict[str, Any], token: str) -> tuple[int, dict[str, Any]]:
+    """The answer's status and JSON body. As an SDK client sees it, no answer at all (connection refused or reset,
+    timed out, cut off mid-answer) is NO_ANSWER, which callers retry as they retry a 5xx: with the same jobId, a
+    request that did reach the API is answered as a repeat."""
     headers = {"content-type": "application/json", "authorization": f"Bearer {token}"}
     request = urllib.request.Request(url, data=json.dumps(body).encode(), method=method, headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=30) as response:
-            return response.status, json.loads(response.read())
+            return response.status, _answer_body(response.read())
     except urllib.error.HTTPError as error:
-        return error.code, json.loads(error.read() or b"{}")
+        return error.code, _answer_body(error.read())
+    except (OSError, http.client.HTTPException) as error:  # URLError, resets, timeouts, RemoteDisconnected
+        return NO_ANSWER, {"error": f"no answer: {error!r}"}
+
+
+def _answer_body(raw: bytes) -> dict[str, Any]:
+    try:
+        answer = json.loads(raw or b"{}")
+    except ValueError:
+        return {"body": raw[:500].decode(errors="replace")}
+    return answer if isinstance(answer, dict) else {"body": answer}
 
 
 def _post(url: str, body: dict[str, Any], token: str) -> tuple[int, dict[str, Any]]:

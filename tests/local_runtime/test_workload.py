@@ -1,0 +1,88 @@
+"""The demo's simulated agents retry what an SDK client retries: no answer at all, 5xx and 429, with the same jobId."""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from agent_jobs_local.workload import NO_ANSWER, Agents, WorkloadConfig, _send, make_plan
+
+
+class FlakyApi:
+    """POST /jobs on 127.0.0.1 that resets the connection, then answers 503 with a non-JSON body, then 202, for each
+    jobId in turn; records every body it received."""
+
+    def __init__(self) -> None:
+        self.bodies: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        api = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                with api._lock:
+                    api.bodies.append(body)
+                    seen = sum(1 for b in api.bodies if b["jobId"] == body["jobId"])
+                if seen == 1:  # RST instead of an answer, as a proxy or a dying server does
+                    self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    self.connection.close()
+                    return
+                status, payload = (503, b"<html>busy</html>") if seen == 2 else (202, b'{"created": false}')
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
+
+
+@pytest.fixture
+def flaky_api() -> Iterator[FlakyApi]:
+    api = FlakyApi()
+    yield api
+    api.server.shutdown()
+    api.server.server_close()
+
+
+def test_no_answer_is_reported_as_such() -> None:
+    # Given a port nobody listens on
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    # Then sending to it is an answer of its own, not an exception that ends the agent's thread
+    status, answer = _send("POST", f"http://127.0.0.1:{port}/jobs", {"jobId": "j"}, "token")
+    assert status == NO_ANSWER
+    assert "no answer" in answer["error"]
+
+
+def test_agents_retry_a_reset_and_a_5xx_with_the_same_job(flaky_api: FlakyApi) -> None:
+    # Given a planned workload without injected repeats, and an API that resets, then answers 503, then 202
+    config = WorkloadConfig(
+        jobs=4, workspaces=2, agents=2, crashes_per_kind=0, slow_jobs=0, raw_redeliveries=0, poison=False
+    )
+    plan = make_plan(config)
+    plan.duplicate_sends.clear()
+    plan.lost_responses.clear()
+    agents = Agents(plan, flaky_api.url, sqs=None, queue_url="")  # type: ignore[arg-type]  # no raw sends planned
+
+    # When the agents submit every job
+    submissions = agents.run()
+
+    # Then every job was accepted, in its workspace's order, after two retries each with the same body
+    assert submissions.errors == []
+    assert dict(submissions.accepted) == {ws: [job.job_id for job in jobs] for ws, jobs in plan.by_workspace.items()}
+    assert submissions.retries_after_errors == 2 * plan.total
+    for job in (job for jobs in plan.by_workspace.values() for job in jobs):
+        assert [body for body in flaky_api.bodies if body["jobId"] == job.job_id] == [job.body()] * 3
