@@ -329,7 +329,8 @@ def transact_write_items_undo_log(self: Any, transact_items: list[dict[str, Any]
     targets: set[tuple[str, str]] = set()
     errors: list[tuple[str | None, str | None, dict[str, Any] | None]] = []
     for item in transact_items:
-        if len(item) > 1:
+        if len(item) > 1:  # refused before any write in DynamoDB; moto raises it after the earlier items' writes
+            undo.roll_back()
             raise TransactWriteSingleOpException
         failed_item: list[dict[str, Any]] = []  # the item whose condition failed, when ALL_OLD asks for it
         try:
