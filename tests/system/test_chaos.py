@@ -17,6 +17,8 @@ from agent_jobs_local.workload import Report, WorkloadConfig
 
 JOBS = int(os.environ.get("CHAOS_JOBS", "120"))
 WORKSPACES = int(os.environ.get("CHAOS_WORKSPACES", "8"))
+# The run is the module fixture, set up inside the first test: its time limit grows with the size, like the run's own.
+pytestmark = pytest.mark.timeout(600 + 2 * JOBS)
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +28,7 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> Report:
         jobs=JOBS, workspaces=WORKSPACES, agents=4, crashes_per_kind=1, slow_jobs=1, seed=11, batch_agents=2
     )
     run_dir: Path = tmp_path_factory.mktemp("chaos")
-    return run_demo(config, time_scale=0.02, concurrency=4, run_dir=run_dir, drain_timeout=300)
+    return run_demo(config, time_scale=0.02, concurrency=4, run_dir=run_dir, drain_timeout=300 + JOBS)
 
 
 def test_chaos_every_fault_kind_was_injected(report: Report):
