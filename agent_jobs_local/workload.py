@@ -631,9 +631,9 @@ def verify(
     seconds: float,
     pull_requests: Iterable[PullRequestSeen] = (),
 ) -> Report:
-    """Check I1-I4 from the table (`items`), what the agents saw (`submissions`) and the workspaces themselves:
-    `branch_of(ws)` is the jobIds of the `Agent-Job-Id` trailers on the workspace's branch, oldest first;
-    `pull_requests` what GitHub holds."""
+    """Check order, exactly-once, one job at a time and halting from the table (`items`), what the agents saw
+    (`submissions`) and the workspaces themselves: `branch_of(ws)` is the jobIds of the `Agent-Job-Id` trailers on
+    the workspace's branch, oldest first; `pull_requests` what GitHub holds."""
     jobs = {item["jobId"]: item for item in items if str(item["pk"]).startswith("job#")}
     halted = {
         str(item["workspaceId"]): str(item.get("haltReason", ""))

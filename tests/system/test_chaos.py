@@ -1,8 +1,8 @@
 """The chaos suite: the whole system on the local runtime (moto's server over HTTP, the API over HTTP, worker
 processes fed by the event-source poller), each workspace a real bare git remote registered through the API and a
-fake GitHub for the pull requests, under every fault kind at once; I1-I4 checked from the table, the remotes' branches
-and the pull requests GitHub holds. `make test` runs a small size; `make chaos` a larger one (CHAOS_JOBS,
-CHAOS_WORKSPACES)."""
+fake GitHub for the pull requests, under every fault kind at once; order, exactly-once and halting checked from the
+table, the remotes' branches and the pull requests GitHub holds. `make test` runs a small size; `make chaos` a larger
+one (CHAOS_JOBS, CHAOS_WORKSPACES)."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> Report:
         jobs=JOBS, workspaces=WORKSPACES, agents=4, crashes_per_kind=1, slow_jobs=1, seed=11, batch_agents=2
     )
     run_dir: Path = tmp_path_factory.mktemp("chaos")
-    return run_demo(config, time_scale=0.02, concurrency=4, run_dir=run_dir, drain_timeout=300 + JOBS)
+    return run_demo(config, concurrency=4, run_dir=run_dir, drain_timeout=300 + JOBS)  # the demo's time scale
 
 
 def test_chaos_every_fault_kind_was_injected(report: Report):
@@ -43,18 +43,18 @@ def test_chaos_every_fault_kind_was_injected(report: Report):
     assert report.worker_duplicates_absorbed > 0
 
 
-def test_chaos_exactly_once_no_double_apply_and_nothing_lost(report: Report):  # I2
+def test_chaos_exactly_once_no_double_apply_and_nothing_lost(report: Report):
     assert report.double_applies == []
     assert report.lost == []
     assert report.submission_errors == []
     assert report.accepted == JOBS + WORKSPACES  # every planned job (plus one pull request per workspace)
 
 
-def test_chaos_order_per_workspace_matches_acceptance(report: Report):  # I1
+def test_chaos_order_per_workspace_matches_acceptance(report: Report):
     assert report.order_violations == []
 
 
-def test_chaos_poison_halts_only_its_workspace(report: Report):  # I3, I4
+def test_chaos_poison_halts_only_its_workspace(report: Report):
     assert set(report.halted) == report.expected_halted
     assert len(report.halted) == 1
     assert "rejected" in next(iter(report.halted.values()))
