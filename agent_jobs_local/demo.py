@@ -21,7 +21,7 @@ from rich.table import Table
 
 from agent_jobs_local.fake_github import FakeGitHub
 from agent_jobs_local.faults import log_warnings_to
-from agent_jobs_local.poller import InvocationRecord
+from agent_jobs_local.poller import EventSourcePoller, InvocationRecord
 from agent_jobs_local.runtime import LocalRuntime
 from agent_jobs_local.template import DEFAULT_TEMPLATE_PATH, TemplateModel, load_template
 from agent_jobs_local.workload import (
@@ -107,9 +107,7 @@ def demo_concurrency(model: TemplateModel, cpus: int | None = None) -> int:
     environments on two cores gave each a tenth of a core, so a job that takes a fraction of a second took most of a
     time-scaled Timeout, invocations timed out, and their replacements' cold starts took the CPU the rest needed.
     Three per CPU keeps the cores busy while one environment waits on git or the emulator."""
-    limits = [n for n in (model.worker.maximum_concurrency, model.worker.function.reserved_concurrency) if n]
-    per_machine = 3 * (cpus or os.cpu_count() or 1)
-    return max(1, min([*limits, per_machine]))
+    return max(1, min(EventSourcePoller.template_concurrency(model), 3 * (cpus or os.cpu_count() or 1)))
 
 
 def _run_with_runtime(

@@ -215,7 +215,7 @@ class EventSourcePoller:
         self.batch_size = source.batch_size
         self.function_timeout_seconds = function.timeout_seconds
         self.invocation_timeout_seconds = function.timeout_seconds * time_scale
-        self.concurrency = concurrency or self._template_concurrency(model)
+        self.concurrency = concurrency or self.template_concurrency(model)
         if self.concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {self.concurrency}")
         self.poll_wait_seconds = poll_wait_seconds
@@ -256,7 +256,8 @@ class EventSourcePoller:
     # --- template ----------------------------------------------------------------------------------------------
 
     @staticmethod
-    def _template_concurrency(model: TemplateModel) -> int:
+    def template_concurrency(model: TemplateModel) -> int:
+        """The worker's concurrency the template allows: MaximumConcurrency and ReservedConcurrentExecutions."""
         worker = model.worker
         limits = [n for n in (worker.maximum_concurrency, worker.function.reserved_concurrency) if n is not None]
         return min(limits) if limits else DEFAULT_CONCURRENCY
