@@ -23,7 +23,7 @@ from agent_jobs.guard import JobGuard, to_item
 from agent_jobs.models import JobMessage, job_message, job_request_adapter
 from agent_jobs.services import Services, build_services
 from agent_jobs.settings import Settings
-from agent_jobs_local.emulator import Emulator, patch_atomic_table_operations
+from agent_jobs_local.emulator import Emulator, patch_atomic_table_operations, patch_fifo_sequence_numbers
 from agent_jobs_local.event_source import LambdaContextStub, receive_event, settle
 from agent_jobs_local.template import TemplateModel, load_template, provision
 
@@ -120,8 +120,10 @@ def _make_stack(kind: str, session: boto3.Session, **settings_overrides: Any) ->
 def stack() -> Iterator[Stack]:
     """Queue, DLQ and table from template.yaml in moto, in this process. The worker runs message groups on threads,
     so moto's DynamoDB gets the emulator's correction for concurrent writes (a failed transaction's rollback would
-    otherwise undo another thread's write, which DynamoDB never does)."""
+    otherwise undo another thread's write, which DynamoDB never does); and the worker orders a workspace's jobs by
+    their SequenceNumbers, so moto's FIFO queues get the emulator's increasing ones instead of random digits."""
     patch_atomic_table_operations()
+    patch_fifo_sequence_numbers()
     with mock_aws():
         yield _make_stack("in-process", boto3.Session(region_name=REGION))
 

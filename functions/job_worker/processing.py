@@ -10,6 +10,17 @@ The message groups of one batch run at once, each on a thread of a bounded pool 
 as one sequential loop), each group's records in order under its own SqsFifoPartialProcessor; the failures are merged
 and reported in the event's order, and parking near the delivery limit and backoff run after all groups, as before.
 
+An invocation that dies (killed, out of memory, timed out) takes every job it had in flight with it, so a job whose
+last claim never came back from a shared invocation is only a suspect: it may have killed it, or another job may
+have. Such a job (SUSPECT) and the rest of its group wait until the groups running at once are done, and then run
+alone, one group at a time, those that only shared a dead invocation before those that died alone. Only a job that
+dies alone is blamed (see `JobGuard.claim`), so a job that kills every invocation never makes the jobs of other
+workspaces it shared batches with DEAD.
+
+Once a job is claimed, and before it runs, the worker checks that the jobs its workspace accepted ahead of it are
+settled (`JobGuard.missing_predecessors`): if the queue let one of them go unsettled (dead-lettered), this job would
+take effect before it, so the workspace is halted naming them and this job is parked behind them.
+
 A drain marker (message attribute type=drain, sent by a resume into the workspace's own group) is recognised before
 any job parsing and is never rejected: it runs the workspace's PARKED jobs in SequenceNumber order through the same
 claim/run/complete path, a bounded number per marker, then sends the next marker or makes the workspace ACTIVE.
@@ -103,6 +114,19 @@ class RetryLaterError(Exception):
         self.delay_seconds = delay_seconds
 
 
+class SuspectError(RetryLaterError):
+    """The job's last claim died with a shared invocation: run it (and the rest of its group) alone, later in this
+    invocation (`BatchWorker.handle`)."""
+
+    def __init__(self, previous: Item) -> None:
+        super().__init__("its last claim died with a shared invocation: run it alone", 0)
+        self.shared_loss = bool(previous.get("leaseShared"))
+
+
+# False while the groups of a batch run at once: a claim then never takes over a lease whose worker never came back.
+_running_alone: contextvars.ContextVar[bool] = contextvars.ContextVar("running_alone", default=True)
+
+
 @dataclass
 class BatchWorker:
     """One per process; `handle` runs one SQS batch."""
@@ -124,10 +148,12 @@ class BatchWorker:
         for raw in raw_records:
             groups.setdefault(str(raw.get("attributes", {}).get("MessageGroupId") or ""), []).append(raw)
         concurrency = min(self.services.settings.group_concurrency, len(groups))
+        suspects: dict[str, SuspectError] = {}  # each record's own key: written from one group's thread only
         if concurrency <= 1:
             failures = self._process_group(raw_records, delays, context)
         else:
-            failures = self._process_groups_concurrently(list(groups.values()), concurrency, delays, context)
+            failures = self._process_groups_concurrently(list(groups.values()), concurrency, delays, context, suspects)
+            failures = self._run_suspects_alone(list(groups.values()), failures, suspects, delays, context)
         if not failures:
             return {"batchItemFailures": []}
         records = [SQSRecord(raw) for raw in raw_records]
@@ -144,6 +170,7 @@ class BatchWorker:
         concurrency: int,
         delays: dict[str, int],
         context: LambdaContext,
+        suspects: dict[str, SuspectError],
     ) -> set[str]:
         """Each message group's records on a thread of a bounded pool, in order within the group; the groups share
         nothing but the worker (its clients, guard, logger and metrics are safe to share; see `_emit`, `_log_keys`).
@@ -154,12 +181,13 @@ class BatchWorker:
         parent = self._trace_entity()
 
         def run(records: list[dict[str, Any]]) -> set[str]:
+            _running_alone.set(False)  # in this group's own copy of the context
             if parent is None:
-                return self._process_group(records, delays, context)
+                return self._process_group(records, delays, context, suspects)
             provider = self.tracer.provider
             provider.set_trace_entity(parent)  # type: ignore[attr-defined]  # the X-Ray recorder
             try:
-                return self._process_group(records, delays, context)
+                return self._process_group(records, delays, context, suspects)
             finally:
                 provider.clear_trace_entities()  # type: ignore[attr-defined]
 
@@ -170,7 +198,42 @@ class BatchWorker:
                 failures |= future.result()
         return failures
 
-    def _process_group(self, records: list[dict[str, Any]], delays: dict[str, int], context: LambdaContext) -> set[str]:
+    def _run_suspects_alone(
+        self,
+        groups: list[list[dict[str, Any]]],
+        failures: set[str],
+        suspects: dict[str, SuspectError],
+        delays: dict[str, int],
+        context: LambdaContext,
+    ) -> set[str]:
+        """After the groups ran at once: each group stopped at a SUSPECT record runs again from that record, alone
+        (nothing else of this invocation in flight), one group at a time. Those whose last claim only shared a dead
+        invocation go first, then the ones nearer their delivery limit: the culprit, whose claims died alone, goes
+        last, so when it kills this invocation too it takes no other job's claim with it."""
+        waiting: list[tuple[tuple[int, int, int], list[dict[str, Any]]]] = []
+        for position, records in enumerate(groups):
+            for index, raw in enumerate(records):
+                suspect = suspects.get(str(raw.get("messageId")))
+                if suspect is None:
+                    continue
+                receives = int(raw.get("attributes", {}).get("ApproximateReceiveCount") or 1)
+                waiting.append(((0 if suspect.shared_loss else 1, -receives, position), records[index:]))
+                break
+        for _, records in sorted(waiting, key=lambda entry: entry[0]):
+            ids = {str(raw.get("messageId")) for raw in records}
+            for message_id in ids:
+                delays.pop(message_id, None)
+            self.logger.info("running a suspect job alone", extra={"messageId": records[0].get("messageId")})
+            failures = (failures - ids) | self._process_group(records, delays, context)
+        return failures
+
+    def _process_group(
+        self,
+        records: list[dict[str, Any]],
+        delays: dict[str, int],
+        context: LambdaContext,
+        suspects: dict[str, SuspectError] | None = None,
+    ) -> set[str]:
         """The failed message ids of `records` (one group's, or a whole batch run sequentially): Powertools' FIFO
         partial processing, where a failure skips the rest of its own group and other groups go on."""
         processor = SqsFifoPartialProcessor(skip_group_on_error=True)
@@ -181,6 +244,11 @@ class BatchWorker:
         def record_handler(record: SQSRecord, lambda_context: LambdaContext) -> None:
             try:
                 self.process_record(record, lambda_context)
+            except SuspectError as suspect:
+                if suspects is None:  # cannot happen: a claim made alone never finds a suspect
+                    raise RetryLaterError(str(suspect), 1) from suspect
+                suspects[record.message_id] = suspect
+                raise
             except RetryLaterError as retry:
                 delays[record.message_id] = retry.delay_seconds
                 raise
@@ -260,8 +328,12 @@ class BatchWorker:
             near_delivery_limit=self.services.settings.near_delivery_limit(
                 int(record.attributes.approximate_receive_count)
             ),
+            alone=_running_alone.get(),
         )
         outcome = claim.outcome
+        if outcome is ClaimOutcome.SUSPECT:
+            self.logger.info("the job's last claim died with a shared invocation: it runs alone after the others")
+            raise SuspectError(claim.previous or {})
         job_type = str(message.type)
         if outcome is ClaimOutcome.DUPLICATE:
             self.logger.info("duplicate delivery of a job that already took effect: acknowledged")
@@ -285,6 +357,8 @@ class BatchWorker:
             return
         if outcome is ClaimOutcome.CONTENDED or claim.lease is None:
             raise RetryLaterError("claim contended", 1)
+        if self._parked_behind_missing_jobs(record, message, claim.lease):
+            return
 
         self._run_leased(
             claim.lease,
@@ -295,6 +369,27 @@ class BatchWorker:
             message_id=record.message_id,
             sequence_number=record.attributes.sequence_number,
         )
+
+    def _parked_behind_missing_jobs(self, record: SQSRecord, message: JobMessage, lease: Lease) -> bool:
+        """True if jobs the workspace accepted ahead of this one left the queue unsettled: this job, just claimed, is
+        parked behind them and the workspace halted naming them (a resume runs it after they were redriven and
+        retried, or skipped). Checked after the claim, so a duplicate delivery still costs one write and no read."""
+        missing = self.services.guard.missing_predecessors(
+            message.workspace_id,
+            tenant_id=str(message.tenant_id),
+            job_id=message.job_id,
+            sequence_number=record.attributes.sequence_number,
+        )
+        if not missing:
+            return False
+        missing_ids = [str(item.get("jobId")) for item in missing]
+        self.logger.error(
+            "jobs accepted ahead of this one never took effect: workspace halted", extra={"missingJobIds": missing_ids}
+        )
+        reason = f"jobs ahead of it never took effect: {', '.join(missing_ids)}"
+        if not self._park(record, message, reason=reason, lease=lease, missing=missing):
+            raise RetryLaterError("lease lost before the job could be parked", 1)
+        return True
 
     def _run_leased(
         self,
@@ -460,7 +555,16 @@ class BatchWorker:
         except (BotoCoreError, ClientError) as error:
             raise RetryLaterError(f"payload object not readable: {error}", backoff_seconds()) from error
 
-    def _park(self, record: SQSRecord, message: JobMessage, *, reason: str, halt: bool = False) -> bool:
+    def _park(
+        self,
+        record: SQSRecord,
+        message: JobMessage,
+        *,
+        reason: str,
+        halt: bool = False,
+        lease: Lease | None = None,
+        missing: list[Item] | None = None,
+    ) -> bool:
         parked = self.services.guard.park(
             message,
             message_id=record.message_id,
@@ -468,11 +572,13 @@ class BatchWorker:
             body=record.body,
             reason=reason,
             halt_workspace=halt,
+            lease=lease,
+            missing=missing or (),
         )
         if parked:
             self.logger.warning(f"job parked: {reason}")
             self._count("JobsParked", str(message.type))
-            if halt:
+            if halt or missing:
                 self._count_halt()
         return parked
 

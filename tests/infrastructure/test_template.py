@@ -429,10 +429,19 @@ def test_table_indexes_jobs_by_workspace(model: TemplateModel) -> None:
     }
 
 
-def test_table_has_the_sparse_indexes_a_resume_reads(model: TemplateModel) -> None:
+def test_table_has_the_sparse_indexes_a_resume_and_a_claim_read(model: TemplateModel) -> None:
     kwargs = model.table_create_kwargs()
     indexes = {index["IndexName"]: index for index in kwargs["GlobalSecondaryIndexes"]}
-    assert set(indexes) == {"byWorkspace", "parkedByWorkspace", "haltedByTenant"}
+    assert set(indexes) == {"byWorkspace", "parkedByWorkspace", "haltedByTenant", "pendingByWorkspace"}
+    # Accepted, unsettled jobs by workspace in SequenceNumber order: keys, jobId and tenantId only
+    assert indexes["pendingByWorkspace"] == {
+        "IndexName": "pendingByWorkspace",
+        "KeySchema": [
+            {"AttributeName": "pendingWorkspace", "KeyType": "HASH"},
+            {"AttributeName": "queueSeq", "KeyType": "RANGE"},
+        ],
+        "Projection": {"ProjectionType": "INCLUDE", "NonKeyAttributes": ["jobId", "tenantId"]},
+    }
     # PARKED jobs by workspace in SequenceNumber order (zero-padded strings); small entries, no message bodies
     assert indexes["parkedByWorkspace"] == {
         "IndexName": "parkedByWorkspace",
@@ -447,9 +456,8 @@ def test_table_has_the_sparse_indexes_a_resume_reads(model: TemplateModel) -> No
         {"AttributeName": "workspaceId", "KeyType": "RANGE"},
     ]
     types = {d["AttributeName"]: d["AttributeType"] for d in kwargs["AttributeDefinitions"]}
-    assert {name: types[name] for name in ("parkedWorkspace", "parkedSeq", "haltedTenant")} == dict.fromkeys(
-        ("parkedWorkspace", "parkedSeq", "haltedTenant"), "S"
-    )
+    sparse_keys = ("parkedWorkspace", "parkedSeq", "haltedTenant", "pendingWorkspace", "queueSeq")
+    assert {name: types[name] for name in sparse_keys} == dict.fromkeys(sparse_keys, "S")
 
 
 def test_outputs_expose_the_api_queues_and_table(template: Template) -> None:

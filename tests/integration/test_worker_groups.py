@@ -143,8 +143,8 @@ def test_worker_reports_failures_in_the_events_order_whichever_group_finishes_fi
     worker = make_worker(any_stack)
     original = worker._process_group
 
-    def process_group(records: list[dict[str, Any]], delays: dict[str, int], context: Any) -> set[str]:
-        failed: set[str] = original(records, delays, context)
+    def process_group(records: list[dict[str, Any]], delays: dict[str, int], context: Any, *rest: Any) -> set[str]:
+        failed: set[str] = original(records, delays, context, *rest)
         if "ws-b" in records[0]["attributes"]["MessageGroupId"]:
             b_done.set()
         return failed

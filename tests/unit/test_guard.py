@@ -176,6 +176,44 @@ def test_near_its_delivery_limit_a_claim_never_takes_over_a_lost_lease(stack: St
     assert stack.workspace("ws-a")["state"] == WorkspaceState.HALTED
 
 
+def test_a_claim_shared_with_other_jobs_never_takes_over_a_lost_lease(stack: Stack, clock: ManualClock):
+    # Given a job whose claim died with an invocation that ran other jobs too
+    guard = JobGuard(stack.services.dynamodb, stack.table_name, max_attempts=3, max_claims=7, clock=clock)
+    message = make_message("j1")
+    assert guard.claim(message, message_id="m-1", sequence_number="100", remaining_ms=1_000, alone=False).claimed
+    assert stack.job("j1")["leaseShared"] is True
+    clock.advance(2)
+    # When it is claimed again beside other jobs, Then it is a suspect: nothing written, claim it alone
+    shared = guard.claim(message, message_id="m-1", sequence_number="100", remaining_ms=60_000, alone=False)
+    assert shared.outcome is ClaimOutcome.SUSPECT
+    assert shared.previous is not None
+    assert shared.previous["leaseShared"] is True
+    assert stack.job("j1")["attempt"] == 1
+    # and alone, even on one of its last deliveries, it is taken over (its death was not its own doing, as far as
+    # anyone knows), the lease no longer shared
+    alone = guard.claim(message, message_id="m-1", sequence_number="100", remaining_ms=60_000, near_delivery_limit=True)
+    assert alone.claimed
+    job = stack.job("j1")
+    assert job["attempt"] == 2
+    assert "leaseShared" not in job
+
+
+def test_near_its_delivery_limit_a_job_that_died_alone_is_dead_even_when_claimed_beside_others(
+    stack: Stack, clock: ManualClock
+):
+    guard = JobGuard(stack.services.dynamodb, stack.table_name, max_attempts=3, max_claims=7, clock=clock)
+    message = make_message("j1")
+    assert claim(guard, message, remaining_ms=1_000).claimed  # alone
+    clock.advance(2)
+    kwargs: dict[str, Any] = {"message_id": "m-1", "sequence_number": "100", "remaining_ms": 60_000}
+    # Beside others it waits to be claimed alone; alone on a last delivery it is the culprit: DEAD
+    assert guard.claim(message, **kwargs, near_delivery_limit=True, alone=False).outcome is ClaimOutcome.SUSPECT
+    assert guard.claim(message, **kwargs, near_delivery_limit=True).outcome is ClaimOutcome.EXHAUSTED
+    job = stack.job("j1")
+    assert job["status"] == JobStatus.DEAD
+    assert "ran this job alone" in job["error"]
+
+
 def test_near_its_delivery_limit_a_job_with_a_recorded_failure_is_claimed(stack: Stack, clock: ManualClock):
     guard = JobGuard(stack.services.dynamodb, stack.table_name, max_attempts=3, max_claims=7, clock=clock)
     message = make_message("j1")

@@ -2,8 +2,9 @@
 
 Every transition is one conditional write (a single item, or one transaction when a job and its workspace must change
 together). A lost condition is an expected outcome returned as a value, never an exception: the caller decides
-whether to acknowledge or retry. The happy path is two writes (claim, complete) and no read; a duplicate delivery
-is one failed conditional write.
+whether to acknowledge or retry. The happy path is two writes (claim, complete) and one Query of the sparse pending
+index (`missing_predecessors`, an empty range unless jobs went missing); a duplicate delivery is one failed
+conditional write.
 """
 
 from __future__ import annotations
@@ -35,6 +36,11 @@ MAX_STORED_BODY_CHARS = 300_000
 # Sparse indexes (template.yaml): PARKED jobs by workspace in SequenceNumber order; halted workspaces by tenant.
 PARKED_INDEX = "parkedByWorkspace"
 HALTED_INDEX = "haltedByTenant"
+# Sparse index of the jobs a workspace accepted and has not settled (neither SUCCEEDED nor SKIPPED), in queue order:
+# `pendingWorkspace` HASH, `queueSeq` (the job's first recorded SequenceNumber, zero-padded) RANGE.
+PENDING_INDEX = "pendingByWorkspace"
+# Pending jobs ahead of a job that a claim reads at most, and names at most in a halt reason.
+MAX_MISSING_LISTED = 25
 _serializer = TypeSerializer()
 _deserializer = TypeDeserializer()
 
@@ -52,6 +58,9 @@ class ClaimOutcome(StrEnum):
     EXHAUSTED = "EXHAUSTED"  # attempts used up by workers that never came back: now DEAD, workspace halted
     CONFLICT = "CONFLICT"  # same jobId, another payload: acknowledge without effect
     CONTENDED = "CONTENDED"  # a concurrent transaction touched the items: retry later
+    # Its last claim never came back from an invocation that ran other jobs too, so it may be what killed that
+    # invocation, or an innocent victim of another job: claim it again only alone (`claim(..., alone=True)`).
+    SUSPECT = "SUSPECT"
 
 
 @dataclass(frozen=True)
@@ -183,6 +192,35 @@ def _wire(values: Mapping[str, Any]) -> dict[str, Any]:
     return {key: _serializer.serialize(_dynamodb_value(value)) for key, value in values.items()}
 
 
+def _sequence_clauses(values: dict[str, Any], sequence_number: str | None) -> str:
+    """The SET clauses (with a leading comma) recording a message's SequenceNumber; the first one recorded stays the
+    job's place in its workspace's queue order (`queueSeq`, the key of the pending index). Values go into `values`."""
+    if not sequence_number:
+        return ""
+    values[":seq"] = sequence_number
+    clauses = ", sequenceNumber = :seq"
+    if sequence_number.isdigit():
+        values[":qseq"] = parked_sequence(sequence_number, 0)
+        clauses += ", queueSeq = if_not_exists(queueSeq, :qseq)"
+    return clauses
+
+
+# Jobs that can halt a workspace without having run to an outcome: accepted jobs the queue let go before the worker
+# settled them (`missing_predecessors`). A resume may skip them; retrying one needs its message redriven first.
+_UNSETTLED = frozenset({JobStatus.QUEUED, JobStatus.FAILED, JobStatus.IN_FLIGHT})
+# The halting jobs a resume decision changes.
+_DECIDABLE = frozenset({JobStatus.DEAD, JobStatus.REJECTED, JobStatus.PARKED}) | _UNSETTLED
+
+
+def _missing_reason(workspace_id: str, job_id: str, missing_ids: Sequence[str]) -> str:
+    return (
+        f"jobs {', '.join(missing_ids)} were accepted before job {job_id} but never took effect: the queue let their"
+        " messages go before the worker recorded an outcome (dead-lettered). Redrive them from the dead-letter queue"
+        f" (agent-jobs dlq redrive --workspace {workspace_id}) and resume with --retry for each, or resume with --skip"
+        " for each to drop them"
+    )
+
+
 def _condition_failed(error: ClientError) -> bool:
     return error.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException"
 
@@ -293,10 +331,7 @@ class JobGuard:
     def record_sent(self, job_id: str, message_id: str, sequence_number: str | None) -> None:
         """Store the queue's message id and sequence number; never touches the status a worker may already own."""
         values: dict[str, Any] = {":mid": message_id}
-        expression = "SET messageId = :mid"
-        if sequence_number:
-            values[":seq"] = sequence_number
-            expression += ", sequenceNumber = :seq"
+        expression = "SET messageId = :mid" + _sequence_clauses(values, sequence_number)
         self._client.update_item(
             TableName=self._table,
             Key=_wire({"pk": job_key(job_id)}),
@@ -379,10 +414,7 @@ class JobGuard:
         updates: list[TransactWriteItemTypeDef] = []
         for job_id, message_id, sequence_number in sent:
             values: dict[str, Any] = {":mid": message_id}
-            expression = "SET messageId = :mid"
-            if sequence_number:
-                values[":seq"] = sequence_number
-                expression += ", sequenceNumber = :seq"
+            expression = "SET messageId = :mid" + _sequence_clauses(values, sequence_number)
             updates.append(
                 {
                     "Update": {
@@ -412,6 +444,9 @@ class JobGuard:
             "type": str(message.type),
             "payloadHash": message.payload_hash,
             "status": str(JobStatus.QUEUED),
+            # In the pending index once its SequenceNumber is recorded (`record_sent`) until it is settled: SUCCEEDED,
+            # SKIPPED, or in the hands of the halt machinery (PARKED, DEAD).
+            "pendingWorkspace": message.workspace_id,
             "attempt": 0,
             "acceptedAt": now,
             "updatedAt": now,
@@ -457,15 +492,22 @@ class JobGuard:
         remaining_ms: int,
         body: str | None = None,
         near_delivery_limit: bool = False,
+        alone: bool = True,
     ) -> ClaimResult:
         """Claim a job for this invocation: one transaction of a conditional update of the job and a check that its
         workspace is not halted. Succeeds iff the job is new, QUEUED, FAILED, or IN_FLIGHT with an expired lease (its
         worker never came back), has been claimed fewer than `max_claims` times, and carries the payload it was
         accepted with. A FAILED job always has attempts left: `fail` makes the last allowed failure DEAD.
 
-        `near_delivery_limit`: the message has few deliveries left before the queue's redrive. An expired lease is
-        then not taken over: the job may be what kills its worker, and one more crash would let the queue dead-letter
-        it and hand out the next job of its workspace. It becomes DEAD (EXHAUSTED) and halts its workspace instead.
+        `alone`: no other job of this invocation runs while this one does. An invocation that dies (killed, out of
+        memory, timed out) takes every job it had in flight with it, and only a job that ran alone is known to be
+        the one that killed it. So a claim that is not alone never takes over an expired lease (SUSPECT: claim it
+        again alone), and the lease records whether it was shared (`leaseShared`).
+
+        `near_delivery_limit`: the message has few deliveries left before the queue's redrive. An expired lease of a
+        claim that ran alone is then not taken over: the job is what killed its worker, and one more crash would let
+        the queue dead-letter it. It becomes DEAD (EXHAUSTED) and halts its workspace instead. An expired shared lease
+        is taken over: that job only shared an invocation that died, and most likely another job killed it.
 
         `body` (the message body) is written only if the claim finds the attempts used up and the job becomes DEAD,
         so that an operator can retry it; the happy path never writes it.
@@ -508,16 +550,32 @@ class JobGuard:
             "updatedAt = :now",
             "#ttl = :ttl",
             "history = list_append(if_not_exists(history, :empty), :entry)",
+            "pendingWorkspace = :wid",  # pending until it SUCCEEDED or SKIPPED (a job the producer never recorded)
         ]
-        if sequence_number:
-            values[":seq"] = sequence_number
-            set_clauses.append("sequenceNumber = :seq")
-        takeover = "" if near_delivery_limit else " OR (#status = :inflight AND leaseExpiresAt < :now)"
+        removed = ["#error"]
+        if alone:
+            removed.append("leaseShared")
+        else:
+            values[":true"] = True
+            set_clauses.append("leaseShared = :true")
+        if not alone:
+            takeover = ""
+        elif near_delivery_limit:
+            takeover = " OR (#status = :inflight AND leaseExpiresAt < :now AND leaseShared = :true)"
+            values[":true"] = True
+        else:
+            takeover = " OR (#status = :inflight AND leaseExpiresAt < :now)"
         job_update: TransactWriteItemTypeDef = {
             "Update": {
                 "TableName": self._table,
                 "Key": _wire({"pk": job_key(message.job_id)}),
-                "UpdateExpression": "SET " + ", ".join(set_clauses) + " REMOVE #error",
+                "UpdateExpression": (
+                    "SET "
+                    + ", ".join(set_clauses)
+                    + _sequence_clauses(values, sequence_number)
+                    + " REMOVE "
+                    + ", ".join(removed)
+                ),
                 "ConditionExpression": (
                     "(attribute_not_exists(pk) OR payloadHash = :hash)"
                     f" AND (attribute_not_exists(pk) OR #status IN (:queued, :failed){takeover})"
@@ -536,7 +594,9 @@ class JobGuard:
             reasons = _cancellation(error)
             if reasons is None:
                 raise
-            return self._explain_lost_claim(message, reasons, now, body=body, near_delivery_limit=near_delivery_limit)
+            return self._explain_lost_claim(
+                message, reasons, now, body=body, near_delivery_limit=near_delivery_limit, alone=alone
+            )
         lease = Lease(message.job_id, message.workspace_id, _message_tenant(message), owner, expires)
         return ClaimResult(ClaimOutcome.CLAIMED, lease=lease)
 
@@ -548,6 +608,7 @@ class JobGuard:
         *,
         body: str | None = None,
         near_delivery_limit: bool = False,
+        alone: bool = True,
     ) -> ClaimResult:
         job_reason = reasons[0] if reasons else {}
         ws_reason = reasons[1] if len(reasons) > 1 else {}
@@ -566,13 +627,19 @@ class JobGuard:
         if status == JobStatus.IN_FLIGHT and int(old.get("leaseExpiresAt", 0)) >= now:
             return ClaimResult(ClaimOutcome.BUSY, previous=old)
         claims = int(old.get("attempt", 0))
-        lost_near_limit = near_delivery_limit and status == JobStatus.IN_FLIGHT
+        lost = status == JobStatus.IN_FLIGHT  # its worker never came back
+        if lost and not alone:
+            return ClaimResult(ClaimOutcome.SUSPECT, previous=old)
+        lost_near_limit = lost and near_delivery_limit and not old.get("leaseShared")
         if claims < self._max_claims and not lost_near_limit:
             return ClaimResult(ClaimOutcome.CONTENDED, previous=old)  # the item changed between write and check
         # Claims used up, mostly by workers that never came back (or max_claims was lowered), or a worker that never
-        # came back from a message with few deliveries left: dead, and halt.
+        # came back from running this job alone, on a message with few deliveries left: dead, and halt.
         if lost_near_limit:
-            error = f"claim {claims} never came back and the message is near its delivery limit"
+            error = (
+                f"claim {claims} never came back from an invocation that ran this job alone, and the message is near"
+                " its delivery limit"
+            )
         else:
             error = f"claims exhausted ({claims} of {self._max_claims}) without a recorded outcome"
         if self._dead_and_halt(
@@ -594,7 +661,7 @@ class JobGuard:
                 Key=_wire({"pk": job_key(lease.job_id)}),
                 UpdateExpression=(
                     "SET #status = :succeeded, #result = :result, updatedAt = :now, finishedAt = :now,"
-                    " history = list_append(history, :entry)"
+                    " history = list_append(history, :entry) REMOVE pendingWorkspace"
                 ),
                 ConditionExpression="leaseOwner = :owner AND #status = :inflight",
                 ExpressionAttributeNames={"#status": "status", "#result": "result"},
@@ -674,8 +741,15 @@ class JobGuard:
         body: str,
         reason: str,
         halt_workspace: bool = False,
+        lease: Lease | None = None,
+        missing: Sequence[Item] = (),
     ) -> bool:
         """PARKED with its body and SequenceNumber, so a resume can run it in queue order later.
+
+        With `lease`, the job is one this worker just claimed (conditional on still owning it); with `missing` (what
+        `missing_predecessors` found for it), the workspace is halted by the earliest of them in the same
+        transaction, every one of them joining the jobs the operator decides (`undecidedJobIds`), so that a resume
+        lets nothing run before each was redriven and retried, or skipped; the reason names them.
 
         With `halt_workspace`, the workspace is halted in the same transaction (used when a message reaches its last
         delivery: parking it instead of letting the queue dead-letter it keeps the group's order intact); without it,
@@ -720,25 +794,42 @@ class JobGuard:
             "updatedAt = :now",
             "history = list_append(if_not_exists(history, :empty), :entry)",
         ]
-        if sequence_number:
-            values[":seq"] = sequence_number
-            set_clauses.append("sequenceNumber = :seq")
+        if lease is not None:
+            values[":owner"] = lease.owner
         job_update: TransactWriteItemTypeDef = {
             "Update": {
                 "TableName": self._table,
                 "Key": _wire({"pk": job_key(message.job_id)}),
                 # A parked job waits for an operator: TTL must not collect it (TTL is garbage collection only).
-                "UpdateExpression": "SET " + ", ".join(set_clauses) + " REMOVE #ttl",
+                "UpdateExpression": (
+                    "SET "
+                    + ", ".join(set_clauses)
+                    + _sequence_clauses(values, sequence_number)
+                    + " REMOVE #ttl, pendingWorkspace"  # a resume runs it in order, from the parked index
+                ),
                 # Never over another job's record: a message reusing a jobId with another payload parks nothing.
                 "ConditionExpression": (
-                    "attribute_not_exists(pk) OR ((attribute_not_exists(payloadHash) OR payloadHash = :hash)"
+                    "leaseOwner = :owner AND #status = :inflight"
+                    if lease is not None
+                    else "attribute_not_exists(pk) OR ((attribute_not_exists(payloadHash) OR payloadHash = :hash)"
                     " AND (#status IN (:queued, :failed) OR (#status = :inflight AND leaseExpiresAt < :now)))"
                 ),
                 "ExpressionAttributeNames": {"#status": "status", "#type": "type", "#ttl": "ttl"},
                 "ExpressionAttributeValues": _wire(values),
             }
         }
-        if halt_workspace:
+        if missing:
+            missing_ids = [str(item["jobId"]) for item in missing]
+            workspace_update = self._halt_workspace(
+                message.workspace_id,
+                _message_tenant(message),
+                missing_ids[0],
+                _missing_reason(message.workspace_id, message.job_id, missing_ids),
+                now,
+                parked_delta=1,
+                undecided=set(missing_ids),
+            )
+        elif halt_workspace:
             workspace_update = self._halt_workspace(
                 message.workspace_id, _message_tenant(message), message.job_id, reason, now, parked_delta=1
             )
@@ -835,6 +926,62 @@ class JobGuard:
         update = self._halt_workspace(workspace_id, tenant_id, job_id, reason, self._clock())["Update"]
         self._client.update_item(**update)
 
+    def missing_predecessors(
+        self, workspace_id: str, *, tenant_id: str, job_id: str, sequence_number: str | None
+    ) -> list[Item]:
+        """The jobs of `tenant_id` that the workspace accepted ahead of this one in queue order (a lower
+        SequenceNumber) and that are still QUEUED, FAILED or IN_FLIGHT: earliest first, at most MAX_MISSING_LISTED.
+
+        The queue hands out a job only once every earlier message of its group is gone, and the worker deletes a
+        message only once its job is settled; so such a job left the queue without the worker settling it (the queue
+        dead-lettered it, for example after every delivery died before the handler ran). The job must not run: it
+        would take effect before them. Empty for a job without a numeric SequenceNumber (nothing to order by).
+
+        Cost: one Query of the sparse pending index (usually empty: half a read unit); entries it shows are checked
+        with a strongly consistent read, because the index lags behind jobs that settled a moment ago.
+        """
+        if not sequence_number or not sequence_number.isdigit():
+            return []
+        response = self._client.query(
+            TableName=self._table,
+            IndexName=PENDING_INDEX,
+            KeyConditionExpression="pendingWorkspace = :wid AND queueSeq < :qseq",
+            ExpressionAttributeValues=_wire({":wid": workspace_id, ":qseq": parked_sequence(sequence_number, 0)}),
+            Limit=MAX_MISSING_LISTED,
+        )
+        keys = [
+            {"pk": job_key(str(entry["jobId"]))}
+            for entry in map(to_item, response.get("Items", []))
+            if entry.get("jobId") and entry.get("jobId") != job_id and entry.get("tenantId") in (None, tenant_id)
+        ]
+        missing = [
+            item
+            for item in self._get_consistently(keys)
+            if item.get("pendingWorkspace") == workspace_id
+            and item.get("tenantId") == tenant_id
+            and item.get("status") in _UNSETTLED
+        ]
+        return sorted(missing, key=lambda item: str(item.get("queueSeq", "")))
+
+    def _get_consistently(self, keys: list[Item]) -> list[Item]:
+        """The items of `keys` that exist, read with strongly consistent reads (BatchGetItem, 100 keys a call, its
+        unprocessed keys read again)."""
+        items: list[Item] = []
+        for start in range(0, len(keys), 100):
+            request: dict[str, Any] = {
+                self._table: {"Keys": [_wire(key) for key in keys[start : start + 100]], "ConsistentRead": True}
+            }
+            for _ in range(10):
+                response = self._client.batch_get_item(RequestItems=request)
+                items.extend(to_item(raw) for raw in response.get("Responses", {}).get(self._table, []))
+                request = dict(response.get("UnprocessedKeys") or {})
+                if not request:
+                    break
+                time.sleep(0.05)
+            else:
+                raise RuntimeError("keys left unprocessed after 10 BatchGetItem calls")
+        return items
+
     # ---- halt, park, resume ----------------------------------------------------------------------------------------
     #
     # A workspace item carries, besides its halt fields: `parkedCount` (a strongly consistent count of its PARKED jobs,
@@ -926,9 +1073,15 @@ class JobGuard:
             refusal = self._retry_refusal(workspace, halting_job_id, pk, job)
             if refusal is not None:
                 return refusal
+        if status == JobStatus.IN_FLIGHT and int((job or {}).get("leaseExpiresAt", 0)) >= now:
+            return ResumeResult(
+                ResumeOutcome.RETRY_REFUSED,
+                workspace,
+                reason=f"job '{halting_job_id}' is held by a worker's lease right now; resume again after it ends",
+            )
         items: list[TransactWriteItemTypeDef] = []
         parked_delta, drained_seq = 0, None
-        if job is not None and status in (JobStatus.DEAD, JobStatus.REJECTED, JobStatus.PARKED):
+        if job is not None and status in _DECIDABLE:
             update, parked_delta, drained_seq = self._decide_halting_job(
                 pk, job, workspace_id=workspace_id, decision=decision, operator=operator, resume_id=resume_id, now=now
             )
@@ -1046,6 +1199,17 @@ class JobGuard:
     def _retry_refusal(workspace: Item, halting_job_id: str, pk: str, job: Item | None) -> ResumeResult | None:
         """RETRY_REFUSED when the halting job cannot run again (a rejected message, a DEAD job without its body)."""
         status = (job or {}).get("status")
+        if status in _UNSETTLED:
+            workspace_id = workspace.get("workspaceId") or halting_job_id
+            return ResumeResult(
+                ResumeOutcome.RETRY_REFUSED,
+                workspace,
+                reason=(
+                    f"job '{halting_job_id}' never reached the worker and its message is not in the table: redrive it"
+                    f" from the dead-letter queue (agent-jobs dlq redrive --workspace {workspace_id}), which parks it,"
+                    " then retry it; or resume with decision 'skip'"
+                ),
+            )
         if pk.startswith("msg#") or status == JobStatus.REJECTED:
             return ResumeResult(
                 ResumeOutcome.RETRY_REFUSED,
@@ -1111,10 +1275,13 @@ class JobGuard:
                 }
             )
             names["#ttl"] = "ttl"
+            condition = "#status = :seen"
+            if status == JobStatus.IN_FLIGHT:
+                condition += " AND leaseExpiresAt < :now"  # only a lease whose worker never came back
             expression = (
                 "SET #status = :skipped, skippedBy = :by, updatedAt = :now, finishedAt = :now, #ttl = :ttl,"
                 " history = list_append(if_not_exists(history, :empty), :entry)"
-                " REMOVE parkedWorkspace, parkedSeq"
+                " REMOVE parkedWorkspace, parkedSeq, pendingWorkspace"
             )
             parked_delta: int = -1 if status == JobStatus.PARKED else 0
             drained_seq: str | None = seq
@@ -1138,12 +1305,13 @@ class JobGuard:
             )
             parked_delta = 1 if status == JobStatus.DEAD else 0
             drained_seq = None
+            condition = "#status = :seen"
         update: TransactWriteItemTypeDef = {
             "Update": {
                 "TableName": self._table,
                 "Key": _wire({"pk": pk}),
                 "UpdateExpression": expression,
-                "ConditionExpression": "#status = :seen",
+                "ConditionExpression": condition,
                 "ExpressionAttributeNames": names,
                 "ExpressionAttributeValues": _wire(values),
             }
@@ -1506,7 +1674,7 @@ class JobGuard:
         """The workspace's most recently applied job of `tenant_id`: the SUCCEEDED job with the highest SequenceNumber
         among the newest accepted records, or None if none of the newest `max_items` records SUCCEEDED.
 
-        Derived at read time so that the worker's happy path stays two writes (claim, complete) and no read. Cost: a
+        Derived at read time so that the worker's happy path writes nothing more than the job's own item. Cost: a
         Query of the GSI `byWorkspace`, newest first, filtered on SUCCEEDED, in pages of 100 records until a page
         holds a SUCCEEDED job: usually one call reading the newest records of the workspace, at most
         ceil(max_items / 100) calls (each reads up to 100 records or 1 MB, billed by their size, eventually
@@ -1600,7 +1768,15 @@ class JobGuard:
         }
 
     def _halt_workspace(
-        self, workspace_id: str, tenant_id: str | None, job_id: str, reason: str, now: int, *, parked_delta: int = 0
+        self,
+        workspace_id: str,
+        tenant_id: str | None,
+        job_id: str,
+        reason: str,
+        now: int,
+        *,
+        parked_delta: int = 0,
+        undecided: set[str] | None = None,
     ) -> TransactWriteItemTypeDef:
         # The first halt wins: a workspace already halted keeps the job and reason that halted it first. Every halting
         # job joins `undecidedJobIds` in the same write, so a job that halts an already halted workspace is not lost:
@@ -1611,7 +1787,7 @@ class JobGuard:
             ":jid": job_id,
             ":reason": reason[:1000],
             ":now": now,
-            ":undecided": {job_id},
+            ":undecided": {job_id, *(undecided or ())},
         }
         set_clauses = [
             "#state = :halted",
@@ -1672,7 +1848,8 @@ class JobGuard:
                 # A DEAD job halts its workspace until an operator decides: TTL must not collect it.
                 "UpdateExpression": (
                     "SET #status = :dead, #error = :error, updatedAt = :now, finishedAt = :now,"
-                    f" history = list_append(if_not_exists(history, :empty), :entry){store_body} REMOVE #ttl"
+                    f" history = list_append(if_not_exists(history, :empty), :entry){store_body}"
+                    " REMOVE #ttl, pendingWorkspace"
                 ),
                 "ConditionExpression": condition,
                 "ExpressionAttributeNames": {"#status": "status", "#error": "error", "#ttl": "ttl"},

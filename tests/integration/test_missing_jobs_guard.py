@@ -1,0 +1,148 @@
+"""Jobs a workspace accepted that left the queue unsettled: the guard's pending index, the check a claim makes before
+a job runs, the halt naming the missing jobs and the resume decisions on them. On moto in-process and on moto's
+server over HTTP (the table and its sparse pending index created from template.yaml)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from agent_jobs.guard import AcceptOutcome, FailOutcome, JobGuard, ResumeOutcome
+from agent_jobs.keys import job_key
+from agent_jobs.models import JobStatus, ResumeDecision, WorkspaceState
+from tests.conftest import ManualClock, Stack, make_message, register_workspace
+
+RETRY, SKIP = ResumeDecision.RETRY, ResumeDecision.SKIP
+
+
+@pytest.fixture
+def guard(any_stack: Stack) -> JobGuard:
+    register_workspace(any_stack, "ws-a", "tenant-1")
+    return JobGuard(any_stack.services.dynamodb, any_stack.table_name, max_attempts=3, clock=ManualClock())
+
+
+def accepted(guard: JobGuard, job_id: str, seq: str) -> Any:
+    """A job recorded QUEUED and sent at `seq`, as the producer leaves it."""
+    message = make_message(job_id)
+    assert guard.record_accepted(message).outcome is AcceptOutcome.NEW
+    guard.record_sent(job_id, f"m-{job_id}", seq)
+    return message
+
+
+def missing(guard: JobGuard, job_id: str, seq: str) -> list[str]:
+    found = guard.missing_predecessors("ws-a", tenant_id="tenant-1", job_id=job_id, sequence_number=seq)
+    return [str(item["jobId"]) for item in found]
+
+
+def run(guard: JobGuard, message: Any, seq: str) -> None:
+    claim = guard.claim(message, message_id=f"m-{message.job_id}", sequence_number=seq, remaining_ms=60_000)
+    assert claim.lease is not None
+    assert guard.complete(claim.lease, {"ok": True})
+
+
+def test_jobs_accepted_ahead_and_unsettled_are_missing_until_they_succeed(guard: JobGuard):
+    first, second = accepted(guard, "a1", "100"), accepted(guard, "a2", "200")
+    accepted(guard, "a3", "300")
+    assert missing(guard, "a3", "300") == ["a1", "a2"]
+    assert missing(guard, "a1", "100") == []  # the jobs behind a job never stop it
+    run(guard, first, "100")
+    assert missing(guard, "a3", "300") == ["a2"]
+    run(guard, second, "200")
+    assert missing(guard, "a3", "300") == []
+
+
+def test_sequence_numbers_are_compared_as_numbers(guard: JobGuard):
+    accepted(guard, "a1", "99")
+    accepted(guard, "a2", "100")
+    assert missing(guard, "a2", "100") == ["a1"]  # as strings, "99" would sort after "100"
+
+
+def test_jobs_the_halt_machinery_holds_are_not_missing(guard: JobGuard, any_stack: Stack):
+    # A parked job is run in order by a resume, a DEAD one halts the workspace until an operator decides it
+    dead = accepted(guard, "a1", "100")
+    claim = guard.claim(dead, message_id="m-a1", sequence_number="100", remaining_ms=60_000)
+    assert claim.lease is not None
+    assert guard.fail(claim.lease, "bad patch", permanent=True) is FailOutcome.DEAD
+    parked = accepted(guard, "a2", "200")
+    assert guard.park(parked, message_id="m-a2", sequence_number="200", body="{}", reason="workspace halted")
+    accepted(guard, "a3", "300")
+    assert missing(guard, "a3", "300") == []
+
+
+def test_an_index_entry_of_a_job_that_settled_meanwhile_is_not_missing(guard: JobGuard, any_stack: Stack):
+    # The index lags behind the table: an entry whose job SUCCEEDED a moment ago is read again, consistently
+    accepted(guard, "a1", "100")
+    any_stack.services.dynamodb.update_item(
+        TableName=any_stack.table_name,
+        Key={"pk": {"S": job_key("a1")}},
+        UpdateExpression="SET #status = :succeeded",  # the job settled; the entry is still indexed
+        ExpressionAttributeNames={"#status": "status"},
+        ExpressionAttributeValues={":succeeded": {"S": str(JobStatus.SUCCEEDED)}},
+    )
+    accepted(guard, "a2", "200")
+    assert missing(guard, "a2", "200") == []
+
+
+def test_another_tenants_record_naming_the_workspace_is_ignored(guard: JobGuard, any_stack: Stack):
+    any_stack.services.dynamodb.put_item(
+        TableName=any_stack.table_name,
+        Item={
+            "pk": {"S": job_key("evil")},
+            "jobId": {"S": "evil"},
+            "tenantId": {"S": "tenant-2"},
+            "status": {"S": str(JobStatus.QUEUED)},
+            "pendingWorkspace": {"S": "ws-a"},
+            "queueSeq": {"S": "0" * 40},
+        },
+    )
+    accepted(guard, "a1", "100")
+    assert missing(guard, "a1", "100") == []
+
+
+def test_a_job_keeps_the_place_in_the_queue_it_was_first_recorded_at(guard: JobGuard, any_stack: Stack):
+    message = accepted(guard, "a1", "100")
+    claim = guard.claim(message, message_id="m-again", sequence_number="500", remaining_ms=60_000)  # sent again
+    assert claim.lease is not None
+    assert any_stack.job("a1")["queueSeq"] == "100".rjust(40, "0")
+    accepted(guard, "a2", "200")
+    assert missing(guard, "a2", "200") == ["a1"]
+
+
+def test_missing_jobs_halt_their_workspace_and_each_is_decided_before_anything_runs(guard: JobGuard, any_stack: Stack):
+    accepted(guard, "a1", "100")
+    accepted(guard, "a2", "200")
+    behind = accepted(guard, "a3", "300")
+    claim = guard.claim(behind, message_id="m-a3", sequence_number="300", remaining_ms=60_000)
+    assert claim.lease is not None
+    found = guard.missing_predecessors("ws-a", tenant_id="tenant-1", job_id="a3", sequence_number="300")
+    assert guard.park(
+        behind,
+        message_id="m-a3",
+        sequence_number="300",
+        body="{}",
+        reason="behind missing jobs",
+        lease=claim.lease,
+        missing=found,
+    )
+    assert any_stack.job("a3")["status"] == JobStatus.PARKED
+    workspace = any_stack.workspace("ws-a")
+    assert workspace["state"] == WorkspaceState.HALTED
+    assert workspace["haltingJobId"] == "a1"
+    assert set(workspace["undecidedJobIds"]) == {"a1", "a2"}
+    assert "a1, a2" in workspace["haltReason"]
+    assert "dlq redrive --workspace ws-a" in workspace["haltReason"]
+
+    # A missing job cannot be retried from the table (its message is in the DLQ): the refusal says to redrive it
+    refused = guard.begin_resume("ws-a", tenant_id="tenant-1", halting_job_id="a1", decision=RETRY, operator="op")
+    assert refused.outcome is ResumeOutcome.RETRY_REFUSED
+    assert "redrive" in (refused.reason or "")
+    # Skipping them one at a time, earliest first, resumes the workspace
+    decided = guard.begin_resume("ws-a", tenant_id="tenant-1", halting_job_id="a1", decision=SKIP, operator="op")
+    assert decided.outcome is ResumeOutcome.DECIDED
+    assert any_stack.workspace("ws-a")["haltingJobId"] == "a2"
+    resumed = guard.begin_resume("ws-a", tenant_id="tenant-1", halting_job_id="a2", decision=SKIP, operator="op")
+    assert resumed.outcome is ResumeOutcome.RESUMING  # a3 drains next
+    assert [any_stack.job(j)["status"] for j in ("a1", "a2")] == [JobStatus.SKIPPED, JobStatus.SKIPPED]
+    accepted(guard, "a4", "400")
+    assert missing(guard, "a4", "400") == []
