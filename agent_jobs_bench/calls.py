@@ -409,7 +409,12 @@ def figures(sides: Sides) -> list[Figure]:
             naive_happy.dynamodb_calls("worker"),
             "calls",
             goal=CALLS_GOAL,
-            note=f"Agent Jobs: {happy.operations('worker')}; naive: {naive_happy.operations('worker')}",
+            note=(
+                f"Agent Jobs: {happy.operations('worker')}; naive: {naive_happy.operations('worker')}. Not met: after"
+                " the claim, one Query of the pending index (usually an empty range) checks that no job the workspace"
+                " accepted ahead of this one left the queue unsettled (dead-lettered), which would otherwise let this"
+                " one take effect out of order"
+            ),
         ),
         figure(
             "DynamoDB calls per job, happy path (enqueue + worker)",
@@ -455,8 +460,9 @@ def figures(sides: Sides) -> list[Figure]:
             naive_happy.rcu(),
             "RCU",
             note=(
-                "Agent Jobs reads nothing on the happy path; the naive pattern reads (eventually consistent) before"
-                f" it writes, in the producer and in the worker. {CAPACITY_SOURCE}"
+                "Agent Jobs reads the pending index once per job after its claim (a Query, eventually consistent:"
+                " half a read unit for its empty range); the naive pattern reads (eventually consistent) before it"
+                f" writes, in the producer and in the worker. {CAPACITY_SOURCE}"
             ),
         ),
         figure(
