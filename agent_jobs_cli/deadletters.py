@@ -21,9 +21,10 @@ marker of no current resume (the worker would acknowledge it without effect). A 
 only after its park or reject write succeeded; a message that could not be settled stops its group (its later
 messages stay in the DLQ, in order) and is left visible for the next run.
 
-Jobs the worker ran between the queue dead-lettering a message and the redrive have already taken effect out of
-order; the worker's own parking near the delivery limit exists to make that rare, and the DLQ depth alarm to make
-the window short.
+No job behind a dead-lettered one runs before the redrive: the job the queue hands out next finds the dead-lettered
+job still unsettled in the table's pending index, is parked behind it and halts the workspace naming it
+(`JobGuard.missing_predecessors`). Each such missing job is one the operator decides: after the redrive parked it,
+a resume with retry runs it in its original place.
 """
 
 from __future__ import annotations
