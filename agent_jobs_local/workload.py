@@ -156,7 +156,25 @@ class Submissions:
     raw_sent: int = 0
     poison_sent: int = 0
     errors: list[str] = field(default_factory=list)
+    # (when it was sent, seconds until the answer) of every POST /jobs request, answered or not
+    enqueue_latencies: list[tuple[float, float]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def enqueue_p99_ms(self) -> tuple[float, float] | None:
+        """The 99th percentile of the POST /jobs latency over the first and over the last fifth of the requests (in
+        the order they were sent), in milliseconds: whether enqueue slows down as the table grows. None with fewer
+        than 20 requests."""
+        with self.lock:
+            latencies = [seconds for _, seconds in sorted(self.enqueue_latencies)]
+        fifth = len(latencies) // 5
+        if fifth < 4:
+            return None
+
+        def p99(values: list[float]) -> float:
+            ordered = sorted(values)
+            return ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))] * 1000
+
+        return p99(latencies[:fifth]), p99(latencies[-fifth:])
 
     @property
     def total_accepted(self) -> int:
@@ -327,7 +345,10 @@ class Agents:
         if job.job_id in self.plan.lost_responses:
             _post(url, job.body(), self.token)  # accepted, but the agent never sees the answer: it retries below
         for attempt in range(8):
+            started = time.monotonic()
             status, answer = _post(url, job.body(), self.token)
+            with self.submissions.lock:
+                self.submissions.enqueue_latencies.append((started, time.monotonic() - started))
             if status == 202:
                 break
             with self.submissions.lock:
@@ -499,6 +520,8 @@ class Report:
     tests_passed: int = 0  # succeeded run_tests jobs whose result outcome is "passed"
     tests_succeeded: int = 0  # succeeded run_tests jobs
     tests_without_passed_result: list[str] = field(default_factory=list)
+    # POST /jobs p99 in ms over the first and the last fifth of the requests (None: too few, or batch agents only)
+    enqueue_p99_ms: tuple[float, float] | None = None
 
     @property
     def failures(self) -> list[str]:
@@ -558,6 +581,14 @@ class Report:
                 True,
             ),
             ("invocations / cold starts", f"{self.invocations} / {self.cold_starts}", True),
+            (
+                "enqueue p99, first / last fifth of the requests",
+                "-"
+                if self.enqueue_p99_ms is None
+                else f"{self.enqueue_p99_ms[0]:.0f} ms / {self.enqueue_p99_ms[1]:.0f} ms"
+                f" ({self.enqueue_p99_ms[1] / max(self.enqueue_p99_ms[0], 1e-9):.2f}x)",
+                True,
+            ),
             ("double applies", str(len(self.double_applies)), not self.double_applies),
             ("lost jobs", str(len(self.lost)), not self.lost),
             ("per-workspace order violations", str(len(self.order_violations)), not self.order_violations),
@@ -693,6 +724,7 @@ def verify(
         submission_errors=submissions.errors,
         workspaces=len(plan.by_workspace),
         seconds=seconds,
+        enqueue_p99_ms=submissions.enqueue_p99_ms(),
         **pulls,
         **tests,
     )

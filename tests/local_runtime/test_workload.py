@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from agent_jobs_local.workload import NO_ANSWER, Agents, WorkloadConfig, _send, make_plan
+from agent_jobs_local.workload import NO_ANSWER, Agents, Submissions, WorkloadConfig, _send, make_plan
 
 
 class FlakyApi:
@@ -86,3 +86,15 @@ def test_agents_retry_a_reset_and_a_5xx_with_the_same_job(flaky_api: FlakyApi) -
     assert submissions.retries_after_errors == 2 * plan.total
     for job in (job for jobs in plan.by_workspace.values() for job in jobs):
         assert [body for body in flaky_api.bodies if body["jobId"] == job.job_id] == [job.body()] * 3
+
+
+def test_enqueue_p99_compares_the_first_and_the_last_fifth_of_the_requests_in_sending_order() -> None:
+    submissions = Submissions()
+    # 100 requests recorded out of order: the first 20 sent took 10 ms (one 50 ms), the last 20 took 30 ms
+    for n in reversed(range(100)):
+        seconds = 0.03 if n >= 80 else 0.01
+        submissions.enqueue_latencies.append((float(n), 0.05 if n == 7 else seconds))
+    first, last = submissions.enqueue_p99_ms() or (0.0, 0.0)
+    assert first == pytest.approx(50)
+    assert last == pytest.approx(30)
+    assert Submissions().enqueue_p99_ms() is None  # too few requests to say
