@@ -150,7 +150,7 @@ class BatchWorker:
         concurrency = min(self.services.settings.group_concurrency, len(groups))
         suspects: dict[str, SuspectError] = {}  # each record's own key: written from one group's thread only
         if concurrency <= 1:
-            failures = self._process_group(raw_records, delays, context)
+            failures = self._process_group(raw_records, delays, context, suspects)  # alone: no suspect comes back
         else:
             failures = self._process_groups_concurrently(list(groups.values()), concurrency, delays, context, suspects)
             failures = self._run_suspects_alone(list(groups.values()), failures, suspects, delays, context)
@@ -224,7 +224,7 @@ class BatchWorker:
             for message_id in ids:
                 delays.pop(message_id, None)
             self.logger.info("running a suspect job alone", extra={"messageId": records[0].get("messageId")})
-            failures = (failures - ids) | self._process_group(records, delays, context)
+            failures = (failures - ids) | self._process_group(records, delays, context, suspects)
         return failures
 
     def _process_group(
@@ -232,7 +232,7 @@ class BatchWorker:
         records: list[dict[str, Any]],
         delays: dict[str, int],
         context: LambdaContext,
-        suspects: dict[str, SuspectError] | None = None,
+        suspects: dict[str, SuspectError],
     ) -> set[str]:
         """The failed message ids of `records` (one group's, or a whole batch run sequentially): Powertools' FIFO
         partial processing, where a failure skips the rest of its own group and other groups go on."""
@@ -245,8 +245,6 @@ class BatchWorker:
             try:
                 self.process_record(record, lambda_context)
             except SuspectError as suspect:
-                if suspects is None:  # cannot happen: a claim made alone never finds a suspect
-                    raise RetryLaterError(str(suspect), 1) from suspect
                 suspects[record.message_id] = suspect
                 raise
             except RetryLaterError as retry:

@@ -550,21 +550,19 @@ class JobGuard:
             "updatedAt = :now",
             "#ttl = :ttl",
             "history = list_append(if_not_exists(history, :empty), :entry)",
-            "pendingWorkspace = :wid",  # pending until it SUCCEEDED or SKIPPED (a job the producer never recorded)
+            "pendingWorkspace = :wid",  # pending until it settles (also a job the producer never recorded)
         ]
         removed = ["#error"]
+        takeover = ""  # a shared claim never takes over a lost lease
         if alone:
             removed.append("leaseShared")
+            # near the limit, only the lease of a shared claim: the job did not die alone
+            shared_only = " AND leaseShared = :true" if near_delivery_limit else ""
+            takeover = f" OR (#status = :inflight AND leaseExpiresAt < :now{shared_only})"
         else:
-            values[":true"] = True
             set_clauses.append("leaseShared = :true")
-        if not alone:
-            takeover = ""
-        elif near_delivery_limit:
-            takeover = " OR (#status = :inflight AND leaseExpiresAt < :now AND leaseShared = :true)"
+        if not alone or near_delivery_limit:
             values[":true"] = True
-        else:
-            takeover = " OR (#status = :inflight AND leaseExpiresAt < :now)"
         job_update: TransactWriteItemTypeDef = {
             "Update": {
                 "TableName": self._table,
