@@ -29,8 +29,11 @@ runs past the function's Timeout or answers something unusable gives 500 `{"mess
 request no route matches gives 404 `{"message":"Not Found"}`; a body above HTTP API's 10 MB payload quota gives 413
 `{"message":"Request Entity Too Large"}` without invoking the handler.
 
-Invocations run one at a time, as in one Lambda execution environment (the handler module's state, Powertools'
-resolver included, is not made for concurrent invocations); HTTP connections are served concurrently.
+HTTP connections are served concurrently. Given an `execution_environment.EnvironmentPool`, invocations run
+concurrently too, each in a warm environment process of its own, as Lambda scales a function out behind API Gateway
+(the local runtime serves the producer that way); a run past the Timeout is killed there. Given a handler callable,
+invocations run in this process one at a time, as in one execution environment (the handler module's state,
+Powertools' resolver included, is not made for concurrent invocations).
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 from agent_jobs_local.auth import verify_authorization
 from agent_jobs_local.event_source import LambdaContextStub
+from agent_jobs_local.execution_environment import EnvironmentPool, Outcome
 
 if TYPE_CHECKING:
     from agent_jobs_local.template import TemplateModel
@@ -87,6 +91,7 @@ NO_AUTHORIZER: Final = "NONE"
 _HOP_BY_HOP_HEADERS: Final = frozenset(
     {"connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade"}
 )
+_FAILED: Final = object()  # an in-process handler raised
 _PATH_VARIABLE: Final = re.compile(r"^\{([A-Za-z0-9._-]+)(\+?)\}$")
 
 logger = logging.getLogger(__name__)
@@ -332,7 +337,9 @@ def http_answer(response: Any) -> _Answer:
 
 class LocalApiServer:
     """The HTTP API of `model`'s function (`function_id`, default the one with HttpApi events) on `host:port`
-    (0 = a free port), invoking `handler(event, context)`; the context counts down from the function's Timeout.
+    (0 = a free port), invoking `handler`: an `EnvironmentPool` of the function's environments (concurrent
+    invocations, each in its own process), or a callable `handler(event, context)` run in this process one invocation
+    at a time, its context counting down from the function's Timeout.
 
     `authorizer_claims(headers)` is the JWT authorizer of the routes an authorizer guards (default
     `auth.verify_authorization`, tokens of the local development key; tests may set another): claims, or None for
@@ -343,7 +350,7 @@ class LocalApiServer:
     def __init__(
         self,
         model: TemplateModel,
-        handler: LambdaHandler,
+        handler: LambdaHandler | EnvironmentPool,
         *,
         function_id: str | None = None,
         host: str = "127.0.0.1",
@@ -491,17 +498,21 @@ class LocalApiServer:
 
     def invoke(self, event: dict[str, Any]) -> _Answer:
         """Run the handler on `event` as one invocation and translate its answer (500 on any failure)."""
-        context = LambdaContextStub(
-            timeout_seconds=self.timeout_seconds, function_name=self.function_id, memory_limit_in_mb=self.memory_size_mb
-        )
-        with self._invocation_lock:
-            started = time.monotonic()
-            try:
-                response = self.handler(event, context)
-            except Exception:
-                logger.exception("%s raised: API Gateway answers 500", self.function_id)
+        if isinstance(self.handler, EnvironmentPool):
+            result = self.handler.invoke(event)
+            if result.outcome is not Outcome.OK:
+                logger.error(
+                    "%s invocation ended %s (%s): API Gateway answers 500",
+                    self.function_id,
+                    result.outcome,
+                    result.error,
+                )
                 return _json_answer(_INTERNAL_ERROR)
-            elapsed = time.monotonic() - started
+            response, elapsed = result.response, result.duration_seconds
+        else:
+            response, elapsed = self._invoke_here(self.handler, event)
+            if response is _FAILED:
+                return _json_answer(_INTERNAL_ERROR)
         if elapsed > self.timeout_seconds:
             logger.error(
                 "%s ran %.1f s, past its Timeout of %s s: API Gateway answers 500",
@@ -515,6 +526,20 @@ class LocalApiServer:
         except (TypeError, ValueError):
             logger.exception("%s answered something API Gateway cannot use: 500", self.function_id)
             return _json_answer(_INTERNAL_ERROR)
+
+    def _invoke_here(self, handler: LambdaHandler, event: dict[str, Any]) -> tuple[Any, float]:
+        """`handler`'s response in this process (`_FAILED` when it raised) and the seconds it took."""
+        context = LambdaContextStub(
+            timeout_seconds=self.timeout_seconds, function_name=self.function_id, memory_limit_in_mb=self.memory_size_mb
+        )
+        with self._invocation_lock:
+            started = time.monotonic()
+            try:
+                response = handler(event, context)
+            except Exception:
+                logger.exception("%s raised: API Gateway answers 500", self.function_id)
+                response = _FAILED
+            return response, time.monotonic() - started
 
     def _request_handler_class(self) -> type[BaseHTTPRequestHandler]:
         api = self

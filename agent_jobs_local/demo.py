@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import sys
 import tempfile
 import threading
 import time
@@ -20,7 +19,6 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from agent_jobs_local.fake_github import FakeGitHub
-from agent_jobs_local.faults import log_warnings_to
 from agent_jobs_local.poller import EventSourcePoller, InvocationRecord
 from agent_jobs_local.runtime import LocalRuntime
 from agent_jobs_local.template import DEFAULT_TEMPLATE_PATH, TemplateModel, load_template
@@ -80,24 +78,20 @@ def run_demo(
         "log_dir": str(log_dir),
     }
     started = time.monotonic()
-    saved_stdout = sys.stdout  # quiet_producer points it at a log file while the runtime runs
-    try:
-        return _run_with_runtime(
-            plan,
-            config,
-            time_scale=time_scale,
-            concurrency=concurrency,
-            template_path=template_path,
-            console=console,
-            drain_timeout=drain_timeout,
-            dirs=(marker_dir, log_dir, workspaces_root),
-            bootstrap=bootstrap,
-            timeout=timeout,
-            run_dir=run_dir,
-            started=started,
-        )
-    finally:
-        sys.stdout = saved_stdout
+    return _run_with_runtime(
+        plan,
+        config,
+        time_scale=time_scale,
+        concurrency=concurrency,
+        template_path=template_path,
+        console=console,
+        drain_timeout=drain_timeout,
+        dirs=(marker_dir, log_dir, workspaces_root),
+        bootstrap=bootstrap,
+        timeout=timeout,
+        run_dir=run_dir,
+        started=started,
+    )
 
 
 def demo_concurrency(model: TemplateModel, cpus: int | None = None) -> int:
@@ -139,13 +133,14 @@ def _run_with_runtime(
             workspaces_root=workspaces_root,
             worker_bootstrap="agent_jobs_local.faults:install",
             bootstrap_config=bootstrap,
+            api_bootstrap="agent_jobs_local.faults:log_to_file",
+            api_bootstrap_config={"log_dir": str(log_dir), "name": "api"},
             concurrency=concurrency,
             remotes_root=remotes_root,
             # The fake GitHub listens on this machine: registrations may name it, no other private host.
             allowed_private_hosts=[urlsplit(github.url).netloc],
         ) as runtime,
     ):
-        quiet_producer(log_dir / "api.log")
         console.print(f"[bold]Agent Jobs local runtime[/]  API {runtime.api_url}  emulator {runtime.endpoint_url}")
         registered = register_workspaces(runtime.api_url, remotes, github.url)
         console.print(
@@ -228,17 +223,6 @@ def write_invocation_log(records: list[InvocationRecord], path: Path) -> None:
 
 def settled_jobs(items: list[dict[str, Any]]) -> int:
     return sum(1 for item in items if str(item["pk"]).startswith("job#") and item.get("status") in SETTLED)
-
-
-def quiet_producer(log_path: Path) -> None:
-    """The producer runs in this process: send its Powertools logs and metrics to a file, not over the progress
-    (run_demo puts sys.stdout back when the runtime stops)."""
-    log = open(log_path, "a", buffering=1)  # noqa: SIM115  (open for the rest of the run)
-    log_warnings_to(log)
-    producer = sys.modules.get("enqueue_api.app")
-    if producer is not None:
-        producer.logger.registered_handler.setStream(log)
-    sys.stdout = log
 
 
 def print_report(report: Report, console: Console) -> None:

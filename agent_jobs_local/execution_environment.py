@@ -24,6 +24,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Mapping, Sequence
@@ -373,8 +374,85 @@ class ExecutionEnvironment:
         self.kill()
 
 
+class EnvironmentPool:
+    """Warm environments of one function shared by concurrent callers, as Lambda scales a function out.
+
+    An invocation takes an idle environment; when every one is busy it starts another (a cold start) while fewer than
+    `max_environments` exist, and otherwise waits for one to come back. An environment whose invocation timed out or
+    crashed is killed and dropped; one whose Init failed fails only the invocation it was started for. Each invocation
+    may run `timeout_seconds` (the function's Timeout); Init does not count against it. Thread-safe.
+    """
+
+    def __init__(self, spec: FunctionSpec, *, timeout_seconds: float, max_environments: int) -> None:
+        if max_environments < 1:
+            raise ValueError(f"max_environments must be at least 1, got {max_environments}")
+        spec.module_name  # noqa: B018 - refuse a malformed Handler now, not in every environment
+        self.spec = spec
+        self.timeout_seconds = timeout_seconds
+        self.max_environments = max_environments
+        self.cold_starts = 0
+        self._idle: list[ExecutionEnvironment] = []
+        self._environments = 0
+        self._closed = False
+        self._available = threading.Condition()
+
+    def invoke(self, event: Mapping[str, Any]) -> InvocationResult:
+        environment = self._acquire()
+        keep = False
+        try:
+            init = environment.wait_until_ready()
+            if init.outcome is not Outcome.OK:
+                return init
+            result = environment.invoke(event, timeout_seconds=self.timeout_seconds)
+            keep = result.outcome in (Outcome.OK, Outcome.FUNCTION_ERROR) and environment.alive
+            return result
+        finally:
+            self._release(environment, keep=keep)
+
+    def _acquire(self) -> ExecutionEnvironment:
+        with self._available:
+            while True:
+                if self._closed:
+                    raise RuntimeError(f"the environments of {self.spec.function_id} are shut down")
+                if self._idle:
+                    return self._idle.pop()
+                if self._environments < self.max_environments:
+                    self._environments += 1
+                    self.cold_starts += 1
+                    break
+                self._available.wait()
+        try:
+            return ExecutionEnvironment(self.spec)
+        except BaseException:
+            with self._available:
+                self._environments -= 1
+                self._available.notify()
+            raise
+
+    def _release(self, environment: ExecutionEnvironment, *, keep: bool) -> None:
+        with self._available:
+            keep = keep and not self._closed
+            if keep:
+                self._idle.append(environment)
+            else:
+                self._environments -= 1
+            self._available.notify()
+        if not keep:
+            environment.kill()
+
+    def close(self) -> None:
+        """Shut the idle environments down; busy ones end when their invocation returns. Later invocations fail."""
+        with self._available:
+            self._closed = True
+            idle, self._idle = self._idle, []
+            self._available.notify_all()
+        for environment in idle:
+            environment.shutdown()
+
+
 __all__ = [
     "INIT_TIMEOUT_SECONDS",
+    "EnvironmentPool",
     "ExecutionEnvironment",
     "FunctionSpec",
     "InvocationResult",

@@ -68,6 +68,16 @@ def log_warnings_to(log: IO[str]) -> None:
     warnings.showwarning = show
 
 
+def log_to_file(handler_module: ModuleType, config: dict[str, Any]) -> None:
+    """A bootstrap hook: the function's Powertools logs, EMF metrics and warnings go to
+    `<log_dir>/<name>-<pid>.log` (one file per process), as a Lambda function's go to its log group, instead of
+    printing over the progress. `config`: {"log_dir": str, "name": str}."""
+    log = open(Path(config["log_dir"]) / f"{config['name']}-{os.getpid()}.log", "a", buffering=1)  # noqa: SIM115
+    sys.stdout = log
+    handler_module.logger.registered_handler.setStream(log)
+    log_warnings_to(log)
+
+
 def install(handler_module: ModuleType, config: dict[str, Any]) -> None:
     """Wrap JobGuard.claim/complete, LocalWorkspace.commit and GitWorkspace.commit in this worker process according
     to `config`: {"plan": {jobId: fault}, "marker_dir": str, "slow_seconds": float, "log_dir": str | None}."""
@@ -79,11 +89,7 @@ def install(handler_module: ModuleType, config: dict[str, Any]) -> None:
     marker_dir = Path(config["marker_dir"])
     slow_seconds = float(config.get("slow_seconds", 0))
     if config.get("log_dir"):
-        # The worker's Powertools logs and EMF metrics, one file per process, for the run's report.
-        log = open(Path(config["log_dir"]) / f"worker-{os.getpid()}.log", "a", buffering=1)  # noqa: SIM115
-        sys.stdout = log
-        handler_module.logger.registered_handler.setStream(log)
-        log_warnings_to(log)
+        log_to_file(handler_module, {"log_dir": config["log_dir"], "name": "worker"})
 
     def due(job_id: str, fault: Fault) -> bool:
         return plan.get(job_id) is fault and fire_once(marker_dir, fault, job_id)

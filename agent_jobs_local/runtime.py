@@ -7,8 +7,9 @@
 `start()` starts moto's server (`emulator.Emulator`) unless `endpoint_url` names an emulator or account to use
 instead; creates the queues and table from the template (`template.provision`); computes each function's environment
 from the template against those resources; serves the producer function's HTTP API in this process
-(`api_server.LocalApiServer`, the handler imported from the function's CodeUri with the layer folder on `sys.path`,
-as `sam local` lays them out, and the producer's environment set in `os.environ`); and starts the worker's SQS event
+(`api_server.LocalApiServer`; each request is an invocation in one of up to `api_concurrency` warm execution
+environments of the producer, processes laid out as `sam local` lays them out, as Lambda scales a function out behind
+API Gateway); and starts the worker's SQS event
 source (`poller.EventSourcePoller`), whose invocations run in their own processes. The functions no event feeds (the
 test sandbox the worker invokes) are served by a local Lambda Invoke endpoint (`lambda_endpoint.LocalLambdaEndpoint`):
 the worker gets its URL as AWS_ENDPOINT_URL_LAMBDA, and each invocation runs in a new bubblewrap sandbox.
@@ -20,20 +21,18 @@ the functions' duration settings listed in `SCALED_DURATION_SETTINGS` are all mu
 
 from __future__ import annotations
 
-import importlib
 import json
-import os
-import sys
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from types import ModuleType, TracebackType
+from types import TracebackType
 from typing import Any, Final
 
 import boto3
 
 from agent_jobs_local.api_server import LocalApiServer, http_api_routes
 from agent_jobs_local.emulator import Emulator
+from agent_jobs_local.execution_environment import EnvironmentPool, FunctionSpec, lambda_environment
 from agent_jobs_local.lambda_endpoint import LocalLambdaEndpoint
 from agent_jobs_local.poller import EventSourcePoller
 from agent_jobs_local.template import (
@@ -42,7 +41,6 @@ from agent_jobs_local.template import (
     DEFAULT_TEMPLATE_PATH,
     AwsClients,
     ProvisionedResources,
-    TemplateError,
     TemplateModel,
     provision,
 )
@@ -51,7 +49,8 @@ from agent_jobs_local.template import (
 SCALED_DURATION_SETTINGS: Final = ("TIME_SAFETY_MARGIN_MS", "BACKOFF_BASE_SECONDS", "BACKOFF_MAX_SECONDS")
 CONTAINER_HOST: Final = "host.docker.internal"
 _LOOPBACK_HOSTS: Final = ("127.0.0.1", "localhost", "0.0.0.0")
-_FAKE_CREDENTIALS: Final = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
+# How many requests the local HTTP API runs at once when the producer has no ReservedConcurrentExecutions.
+DEFAULT_API_CONCURRENCY: Final = 4
 
 
 def scale_durations(environment: Mapping[str, str], time_scale: float) -> dict[str, str]:
@@ -82,17 +81,19 @@ class LocalRuntime:
     (template parameters, validated as CloudFormation would), `endpoint_url` (None: start an emulator), `time_scale`,
     `workspaces_root` (the worker's WORKSPACES_ROOT; default a new temporary folder), `api_port` (0: a free port),
     `worker_bootstrap` and `bootstrap_config` (passed to `EventSourcePoller`), `concurrency` (default the template's
-    MaximumConcurrency), `extra_worker_env` (added to the worker's environment last), `region`, `emulator_log`
-    (where the emulator's output goes), `bwrap` (the bubblewrap binary of the test sandbox; default AGENT_JOBS_BWRAP,
-    else `bwrap` on PATH), `remotes_root` (both functions' WORKSPACES_REMOTE_ROOT: a tenant's
-    file-system remotes lie under `<remotes_root>/<tenantId>/`; default `remotes` beside a given `workspaces_root`,
-    else a new temporary folder) and `allowed_private_hosts` (both functions' ALLOWED_PRIVATE_HOSTS: host:port
+    MaximumConcurrency), `api_concurrency` (how many requests the HTTP API runs at once; default the producer's
+    ReservedConcurrentExecutions, else `DEFAULT_API_CONCURRENCY`), `api_bootstrap` and `api_bootstrap_config` (the
+    same hook for the producer's environments), `extra_worker_env` (added to the worker's
+    environment last), `region`, `emulator_log` (where the emulator's output goes), `bwrap` (the bubblewrap binary of
+    the test sandbox; default AGENT_JOBS_BWRAP, else `bwrap` on PATH), `remotes_root` (both functions'
+    WORKSPACES_REMOTE_ROOT: a tenant's file-system remotes lie under `<remotes_root>/<tenantId>/`; default `remotes`
+    beside a given `workspaces_root`, else a new temporary folder) and `allowed_private_hosts` (both functions'
+    ALLOWED_PRIVATE_HOSTS: host:port
     entries, such as a fake GitHub's on 127.0.0.1, that registrations may name although they are not public).
 
     After `start()`: `api_url`, `endpoint_url`, `resources` (`ProvisionedResources`), `model` (the `TemplateModel`
     for the provisioned account), `function_env` (function id -> environment), `poller`, `api`, `lambda_endpoint`
-    (None when every function has an event source). `stop()` stops everything in reverse order and restores this
-    process's environment.
+    (None when every function has an event source). `stop()` stops everything in reverse order.
     """
 
     def __init__(
@@ -108,6 +109,9 @@ class LocalRuntime:
         worker_bootstrap: str | None = None,
         bootstrap_config: Mapping[str, Any] | None = None,
         concurrency: int | None = None,
+        api_concurrency: int | None = None,
+        api_bootstrap: str | None = None,
+        api_bootstrap_config: Mapping[str, Any] | None = None,
         extra_worker_env: Mapping[str, str] | None = None,
         region: str = DEFAULT_REGION,
         emulator_log: Path | None = None,
@@ -134,6 +138,9 @@ class LocalRuntime:
         self.worker_bootstrap = worker_bootstrap
         self.bootstrap_config = dict(bootstrap_config) if bootstrap_config is not None else None
         self.concurrency = concurrency
+        self.api_concurrency = api_concurrency
+        self.api_bootstrap = api_bootstrap
+        self.api_bootstrap_config = dict(api_bootstrap_config) if api_bootstrap_config is not None else None
         self.extra_worker_env = dict(extra_worker_env or {})
         self.region = region
         self.emulator_log = emulator_log
@@ -145,10 +152,9 @@ class LocalRuntime:
         self._resources: ProvisionedResources | None = None
         self._function_env: dict[str, dict[str, str]] = {}
         self._api: LocalApiServer | None = None
+        self._api_environments: EnvironmentPool | None = None
         self._poller: EventSourcePoller | None = None
         self._lambda_endpoint: LocalLambdaEndpoint | None = None
-        self._saved_environ: dict[str, str | None] = {}
-        self._added_sys_path: list[str] = []
 
     # --- lifecycle ---------------------------------------------------------------------------------------------
 
@@ -198,8 +204,8 @@ class LocalRuntime:
             self._function_env[function_id] = environment
 
         producer_id = http_api_routes(model)[0].function_id
-        handler = self._load_producer(producer_id)
-        self._api = LocalApiServer(model, handler, function_id=producer_id, port=self.api_port).start()
+        self._api_environments = self._producer_environments(producer_id)
+        self._api = LocalApiServer(model, self._api_environments, function_id=producer_id, port=self.api_port).start()
 
         self._poller = EventSourcePoller(
             model=model,
@@ -221,18 +227,11 @@ class LocalRuntime:
             self._poller.stop()
         if self._api is not None:
             self._api.stop()
+        if self._api_environments is not None:
+            self._api_environments.close()
+            self._api_environments = None
         if self._lambda_endpoint is not None:
             self._lambda_endpoint.stop()
-        for name, value in self._saved_environ.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-        self._saved_environ = {}
-        for entry in self._added_sys_path:
-            if entry in sys.path:
-                sys.path.remove(entry)
-        self._added_sys_path = []
         if self._emulator is not None:
             self._emulator.stop()
             self._emulator = None
@@ -266,49 +265,38 @@ class LocalRuntime:
             QueueUrl=resources.queue_url, Attributes={"VisibilityTimeout": str(seconds)}
         )
 
-    def _set_environ(self, values: Mapping[str, str]) -> None:
-        for name, value in values.items():
-            self._saved_environ.setdefault(name, os.environ.get(name))
-            os.environ[name] = value
-
-    def _load_producer(self, function_id: str) -> Any:
-        """Import the producer's handler from its CodeUri, with its environment in `os.environ`.
-
-        The layer folders and the CodeUri's parent go on `sys.path` (a CodeUri that is a package, such as
-        functions/enqueue_api, is imported as `enqueue_api.app`, so it cannot clash with the worker's `app`)."""
+    def _producer_environments(self, function_id: str) -> EnvironmentPool:
+        """The producer's execution environments: its CodeUri first on `sys.path`, its layers next, its environment
+        (with the emulator as AWS_ENDPOINT_URL), up to `api_concurrency` of them serving requests at once."""
         model = self.model
         settings = model.function_settings(function_id)
         base = self.template_path.parent
         code_dir = (base / settings.code_uri).resolve()
-        module_name, _, attribute = settings.handler.rpartition(".")
-        if not module_name:
-            raise TemplateError(f"{function_id} Handler {settings.handler!r} is not 'module.function'")
-        paths = [
+        layers = [
             self._layer_dir(model, layer, base) for layer in model.function_properties(function_id).get("Layers") or []
         ]
-        if (code_dir / "__init__.py").is_file():
-            paths.append(code_dir.parent)
-            module_name = f"{code_dir.name}.{module_name.replace('/', '.')}"
-        else:
-            paths.append(code_dir)
-        for path in reversed([p for p in paths if p is not None]):
-            if str(path) not in sys.path:
-                sys.path.insert(0, str(path))
-                self._added_sys_path.append(str(path))
-
-        environment = dict(self._function_env[function_id])
-        environment["AWS_DEFAULT_REGION"] = environment["AWS_REGION"] = self.resources.region
-        if self._endpoint_url is not None:
-            environment["AWS_ENDPOINT_URL"] = self._endpoint_url
-            if boto3.Session().get_credentials() is None:
-                environment.update(_FAKE_CREDENTIALS)
-        self._set_environ(environment)
-
-        module: ModuleType = importlib.import_module(module_name)
-        reset = getattr(module, "reset_services", None)
-        if callable(reset):
-            reset()  # built from an earlier environment when the module was imported before
-        return getattr(module, attribute)
+        environment = lambda_environment(
+            self._function_env[function_id],
+            function_id=function_id,
+            handler=settings.handler,
+            code_dir=code_dir,
+            region=self.resources.region,
+            timeout_seconds=settings.timeout_seconds,
+            memory_size_mb=settings.memory_size_mb,
+            endpoint_url=self._endpoint_url,
+        )
+        spec = FunctionSpec(
+            function_id=function_id,
+            code_dir=code_dir,
+            handler=settings.handler,
+            environment=environment,
+            layer_dirs=tuple(layer for layer in layers if layer is not None),
+            memory_size_mb=settings.memory_size_mb,
+            bootstrap=self.api_bootstrap,
+            bootstrap_config=self.api_bootstrap_config,
+        )
+        concurrency = self.api_concurrency or settings.reserved_concurrency or DEFAULT_API_CONCURRENCY
+        return EnvironmentPool(spec, timeout_seconds=settings.timeout_seconds, max_environments=concurrency)
 
     @staticmethod
     def _layer_dir(model: TemplateModel, layer: object, base: Path) -> Path | None:
