@@ -22,6 +22,7 @@ the functions' duration settings listed in `SCALED_DURATION_SETTINGS` are all mu
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -49,6 +50,7 @@ from agent_jobs_local.template import (
 SCALED_DURATION_SETTINGS: Final = ("TIME_SAFETY_MARGIN_MS", "BACKOFF_BASE_SECONDS", "BACKOFF_MAX_SECONDS")
 CONTAINER_HOST: Final = "host.docker.internal"
 _LOOPBACK_HOSTS: Final = ("127.0.0.1", "localhost", "0.0.0.0")
+_FAKE_CREDENTIALS: Final = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
 # How many requests the local HTTP API runs at once when the producer has no ReservedConcurrentExecutions.
 DEFAULT_API_CONCURRENCY: Final = 4
 
@@ -93,7 +95,8 @@ class LocalRuntime:
 
     After `start()`: `api_url`, `endpoint_url`, `resources` (`ProvisionedResources`), `model` (the `TemplateModel`
     for the provisioned account), `function_env` (function id -> environment), `poller`, `api`, `lambda_endpoint`
-    (None when every function has an event source). `stop()` stops everything in reverse order.
+    (None when every function has an event source). `stop()` stops everything in reverse order and restores this
+    process's environment (given no credentials, the runtime sets fake ones for the emulator).
     """
 
     def __init__(
@@ -153,6 +156,7 @@ class LocalRuntime:
         self._function_env: dict[str, dict[str, str]] = {}
         self._api: LocalApiServer | None = None
         self._api_environments: EnvironmentPool | None = None
+        self._saved_environ: dict[str, str | None] = {}
         self._poller: EventSourcePoller | None = None
         self._lambda_endpoint: LocalLambdaEndpoint | None = None
 
@@ -176,6 +180,9 @@ class LocalRuntime:
             parameter_overrides=self.parameter_overrides,
             region=self.region,
         )
+        if self._endpoint_url is not None and boto3.Session().get_credentials() is None:
+            # The event source's clients in this process sign their calls too; an emulator accepts any key.
+            self._set_environ(_FAKE_CREDENTIALS)
         resources = provision(self._clients(), model)
         if (resources.account_id, resources.region) != (model.account_id, model.region):
             model = model.for_account(account_id=resources.account_id, region=resources.region)
@@ -232,6 +239,12 @@ class LocalRuntime:
             self._api_environments = None
         if self._lambda_endpoint is not None:
             self._lambda_endpoint.stop()
+        for name, value in self._saved_environ.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        self._saved_environ = {}
         if self._emulator is not None:
             self._emulator.stop()
             self._emulator = None
@@ -264,6 +277,11 @@ class LocalRuntime:
         self._clients().sqs.set_queue_attributes(
             QueueUrl=resources.queue_url, Attributes={"VisibilityTimeout": str(seconds)}
         )
+
+    def _set_environ(self, values: Mapping[str, str]) -> None:
+        for name, value in values.items():
+            self._saved_environ.setdefault(name, os.environ.get(name))
+            os.environ[name] = value
 
     def _producer_environments(self, function_id: str) -> EnvironmentPool:
         """The producer's execution environments: its CodeUri first on `sys.path`, its layers next, its environment

@@ -4,11 +4,13 @@ source, against the emulator the runtime starts. Time is scaled down; every sett
 from __future__ import annotations
 
 import json
+import os
 import urllib.request
 from pathlib import Path
 from typing import Any
 
 import boto3
+import pytest
 
 from agent_jobs_local.auth import mint_token
 from agent_jobs_local.demo import demo_concurrency, remote_branches
@@ -163,3 +165,28 @@ def test_demo_runs_at_most_three_environments_per_cpu() -> None:
     assert demo_concurrency(model, cpus=2) == 6
     assert demo_concurrency(model, cpus=16) == 20
     assert demo_concurrency(lower, cpus=2) == 4
+
+
+def test_runtime_runs_in_a_shell_without_aws_credentials(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a shell with no AWS credentials at all (a newcomer's machine running `make demo`)
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    assert boto3.Session().get_credentials() is None
+
+    # When the runtime runs a job from the HTTP API through the worker's event source
+    with LocalRuntime(workspaces_root=tmp_path / "workspaces", time_scale=0.05, concurrency=1) as runtime:
+        remotes = register(runtime.api_url, runtime.remotes_root, ["ws-a"])
+        submit(runtime.api_url, "job-a-1", "ws-a")
+        assert runtime.poller.drain(timeout=60)
+        status = read_job(runtime.api_url, "job-a-1")["status"]
+        stats = runtime.poller.stats
+
+    # Then the event source's own clients could sign their calls to the emulator, and the job ran
+    assert status == "SUCCEEDED"
+    assert stats.records_deleted == 1
+    assert remote_branches(remotes, tmp_path / "reader-cache")("ws-a") == ["job-a-1"]
+    # and the shell's environment is as it was
+    assert "AWS_ACCESS_KEY_ID" not in os.environ
