@@ -138,8 +138,11 @@ class BatchWorker:
     jitter: Callable[[float], float] = field(default=lambda bound: random.uniform(bound / 2, bound))
     tracer: Tracer = field(default_factory=Tracer)
     _emit_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+    # The time the current invocation had when it started (one invocation at a time per environment).
+    _invocation_ms: int = field(default=0, init=False, repr=False)
 
     def handle(self, event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
+        self._invocation_ms = context.get_remaining_time_in_millis()
         raw_records: list[dict[str, Any]] = event.get("Records") or []
         if not raw_records:
             return {"batchItemFailures": []}
@@ -442,6 +445,7 @@ class BatchWorker:
             workspace=workspaces.open(workspace_id),
             remaining_ms=context.get_remaining_time_in_millis,
             safety_margin_ms=self.services.settings.time_safety_margin_ms,
+            invocation_ms=self._invocation_ms,
             test_sandbox=self._test_sandbox,
         )
         if isinstance(workspaces, RegisteredWorkspaceStore):

@@ -128,10 +128,12 @@ def job_context(
     *,
     command: list[str] | None = None,
     remaining_ms: int = 100_000,
+    invocation_ms: int | None = None,
 ) -> JobContext:
     return JobContext(
         workspace=workspace,
         remaining_ms=lambda: remaining_ms,
+        invocation_ms=remaining_ms if invocation_ms is None else invocation_ms,
         registration=registered({"default": command or ["sh", "scripts/check.sh"]}),
         safety_margin_ms=10_000,
         test_sandbox=lambda: sandbox,
@@ -253,6 +255,35 @@ def test_run_tests_timeout_is_the_workers_time_or_the_sandboxs_whichever_is_shor
     other = RunTestsJob.model_validate({"jobId": "tests-2", "workspaceId": "ws-1", "type": "run_tests"})
     run_tests.run(other, job_context(workspace, sandbox_for(fake, s3, timeout_seconds=900), remaining_ms=40_000))
     assert fake.event["timeoutSeconds"] == 30.0  # the worker's 40 s less its 10 s safety margin
+
+
+TIMED_OUT = {"outcome": "timed_out", "exitCode": None, "durationSeconds": 5, "outputTail": "", "truncated": False}
+
+
+def test_run_tests_cut_short_by_a_late_start_is_retried_not_recorded(workspace: GitWorkspace, s3: Any):
+    # Given a run_tests job that starts with 16 s left of an invocation that had 110 s (behind other jobs of its batch)
+    fake = FakeLambda(lambda event: TIMED_OUT)
+    context = job_context(workspace, sandbox_for(fake, s3), remaining_ms=16_000, invocation_ms=110_000)
+
+    # When its 6 s run times out
+    with pytest.raises(RetryableJobError, match=r"stopped after 6.0 s.*gives them 80.0 s"):
+        run_tests.run(TESTS_JOB, context)
+
+    # Then nothing is recorded as the suite's verdict: the job runs again
+    assert fake.event["timeoutSeconds"] == 6.0
+    assert workspace.stored_test_result("tests-1", workspace.head()) is None
+
+
+def test_run_tests_timed_out_with_most_of_an_invocation_is_the_suites_verdict(workspace: GitWorkspace, s3: Any):
+    # Given a run that had more than half of what a whole invocation gives the tests (50 of 80 s)
+    fake = FakeLambda(lambda event: TIMED_OUT)
+    context = job_context(workspace, sandbox_for(fake, s3), remaining_ms=60_000, invocation_ms=110_000)
+
+    result = run_tests.run(TESTS_JOB, context)
+
+    # Then its timeout is the result, stored like a failure
+    assert result["outcome"] == "timed_out"
+    assert workspace.stored_test_result("tests-1", workspace.head()) is not None
 
 
 def test_run_tests_with_no_time_left_retries_without_invoking(workspace: GitWorkspace, s3: Any):

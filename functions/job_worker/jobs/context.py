@@ -22,6 +22,8 @@ class JobContext:
     token: Callable[[], str | None] = field(default=lambda: None)
     # Time a handler leaves unused at the end of the invocation (the worker's TIME_SAFETY_MARGIN_MS).
     safety_margin_ms: int = 0
+    # The time the whole invocation had when it started (0: unknown): what a job run first would have had.
+    invocation_ms: int = 0
     # The function that runs test commands (TEST_SANDBOX_FUNCTION), None when none is configured; asked for on
     # demand, so only a run_tests job loads what it takes to pack and send a checkout.
     test_sandbox: Callable[[], TestSandbox | None] = field(default=lambda: None)

@@ -4,19 +4,26 @@ The command is one the workspace registered (an argv list), never a string from 
 sandbox function, never inside the worker: the checkout of the head is packed and handed to the sandbox, which runs
 the command for the job's tenant. Failing tests are a successful job with a failed result; only a run that could not
 happen (no time left, no such command, no sandbox) is an error.
+
+A run stopped by the time left in the invocation is a verdict only when it had most of what a whole invocation gives
+(at least `CUT_SHORT_SHARE` of it). A run that started late, behind other jobs of its batch, and timed out says
+nothing about the suite: the job is retried (the retry leads its message group's next batch), and no result is stored.
 """
 
 from __future__ import annotations
 
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from agent_jobs.models import RunTestsJob
 from jobs.context import JobContext
 from jobs.errors import PermanentJobError, RetryableJobError
 from jobs.git_workspace import GitWorkspace
 from jobs.sandbox import pack_checkout, test_timeout_seconds
+
+# Below this share of a whole invocation's test time, a timed-out run is retried instead of recorded.
+CUT_SHORT_SHARE: Final = 0.5
 
 
 def run(job: RunTestsJob, context: JobContext) -> dict[str, Any]:
@@ -44,6 +51,7 @@ def run(job: RunTestsJob, context: JobContext) -> dict[str, Any]:
                 " (template.yaml's TestSandboxFunction); tests never run inside the worker"
             )
         timeout = test_timeout_seconds(context.remaining_ms(), context.safety_margin_ms, sandbox.longest_run_seconds)
+        whole = test_timeout_seconds(context.invocation_ms, context.safety_margin_ms, sandbox.longest_run_seconds)
         if timeout <= 0:
             raise RetryableJobError("not enough time left in this invocation to run the tests")
         with tempfile.TemporaryDirectory(prefix="agent-jobs-tests-") as folder:
@@ -58,6 +66,11 @@ def run(job: RunTestsJob, context: JobContext) -> dict[str, Any]:
             timeout_seconds=timeout,
             archive=archive,
         )
+        if outcome.outcome == "timed_out" and timeout < CUT_SHORT_SHARE * whole:
+            raise RetryableJobError(
+                f"the tests were stopped after {timeout:.1f} s, the time left in this invocation, before they finished;"
+                f" a whole invocation gives them {whole:.1f} s: they run again at the head of the next batch"
+            )
         result = {
             "suite": suite,
             "commit": head,
