@@ -165,9 +165,12 @@ def patch_fifo_redelivery_order() -> None:
     removes an expired message from that set only when ReceiveMessage reaches it; so when a whole batch expires,
     the group's first messages are skipped (later expired ones still count) and its last one is delivered. Here a
     receive first forgets every expired message of a FIFO queue (what SQS considers in flight ends with the
-    visibility timeout), so the group's messages come back in order and several of them per receive, as from SQS;
-    and a group counts as in flight only through invisible messages, which keeps the order for messages that expire
-    during a long poll too. Raises RuntimeError when moto's SQS no longer has what this relies on.
+    visibility timeout), so the group's messages come back in order and several of them per receive, as from SQS.
+    The groups in flight when a receive starts stay in flight for the whole receive: moto re-reads them whenever it
+    meets an expired message, and a message expiring meanwhile (its batch-mates expire microseconds apart) would
+    otherwise free its group mid-loop, after moto had skipped the group's first messages, and hand out a later one
+    ahead of them. Outside a receive, a group counts as in flight only through invisible messages. Raises
+    RuntimeError when moto's SQS no longer has what this relies on.
     """
     from moto.sqs import models
 
@@ -187,16 +190,25 @@ def patch_fifo_redelivery_order() -> None:
         return
 
     original_receive_message = backend_class.receive_message
+    receiving = threading.local()  # the queue being received from and its groups in flight when the receive began
 
     @functools.wraps(original_receive_message)
     def receive_message(self: Any, queue_name: str, *args: Any, **kwargs: Any) -> Any:
         queue = self.get_queue(queue_name)
-        if queue.fifo_queue:
-            for message in [m for m in queue.pending_messages if m.visible]:
-                queue.pending_messages.discard(message)
-        return original_receive_message(self, queue_name, *args, **kwargs)
+        if not queue.fifo_queue:
+            return original_receive_message(self, queue_name, *args, **kwargs)
+        for message in [m for m in queue.pending_messages if m.visible]:
+            queue.pending_messages.discard(message)
+        receiving.frozen = (queue, {m.group_id for m in queue.pending_messages if m.group_id is not None})
+        try:
+            return original_receive_message(self, queue_name, *args, **kwargs)
+        finally:
+            receiving.frozen = None
 
     def pending_message_groups(self: Any) -> set[str]:
+        frozen = getattr(receiving, "frozen", None)
+        if frozen is not None and frozen[0] is self:
+            return set(frozen[1])
         return {m.group_id for m in self.pending_messages if m.group_id is not None and not m.visible}
 
     setattr(receive_message, _PATCHED, True)

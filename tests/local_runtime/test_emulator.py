@@ -124,6 +124,48 @@ def test_emulator_redelivers_an_expired_fifo_batch_in_group_order(moto_server: s
         assert delivered == bodies[: len(delivered)]
 
 
+def test_emulator_keeps_a_group_in_flight_for_a_whole_receive(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch's messages expire microseconds apart. moto re-reads the groups in flight each time it meets an expired
+    message; a group freed mid-receive had its first messages skipped already and gave out a later one ahead of them
+    (a job delivered ahead of two earlier jobs of its workspace). In-process moto, the expiry forced mid-receive."""
+    from moto import mock_aws
+    from moto.sqs import models
+
+    from agent_jobs_local.emulator import patch_fifo_redelivery_order
+
+    groups_seen: list[set[str]] = []
+
+    def receive_during_which_the_batch_expires(self: Any, queue_name: str, *args: Any, **kwargs: Any) -> Any:
+        queue = self.get_queue(queue_name)
+        for message in queue.pending_messages:
+            message.visible_at = 0  # the received batch's visibility ends while this receive runs
+        groups_seen.append(set(queue.pending_message_groups))
+        return []
+
+    monkeypatch.setattr(models.SQSBackend, "receive_message", receive_during_which_the_batch_expires)
+    monkeypatch.setattr(models.Queue, "pending_message_groups", models.Queue.__dict__["pending_message_groups"])
+    with mock_aws():
+        sqs = boto3.client("sqs", region_name=REGION)
+        url = sqs.create_queue(QueueName="expiry.fifo", Attributes={"FifoQueue": "true", "VisibilityTimeout": "30"})[
+            "QueueUrl"
+        ]
+        for body in ("j6", "j7", "j8"):
+            sqs.send_message(QueueUrl=url, MessageBody=body, MessageGroupId="ws", MessageDeduplicationId=body)
+        backend = models.sqs_backends["123456789012"][REGION]
+        queue = backend.get_queue("expiry.fifo")
+        for message in queue._messages[:2]:  # j6 and j7 received by an invocation that then died
+            message.mark_received(visibility_timeout=30)
+            queue.pending_messages.add(message)
+
+        patch_fifo_redelivery_order()
+        backend.receive_message("expiry.fifo", 10, 0, 30)
+        after = set(queue.pending_message_groups)
+
+    # The group stayed in flight for the whole receive, though j6 and j7 expired during it; afterwards it is free
+    assert groups_seen == [{"ws"}]
+    assert after == set()
+
+
 def test_emulator_answers_and_stops() -> None:
     emulator = Emulator().start()
     try:
