@@ -163,7 +163,7 @@ def naive_enqueue(
         QueueUrl=queue,
         MessageBody=json.dumps({**request, "tenantId": tenant_id}),
         MessageGroupId=workspace_group_id(job.workspace_id),
-        MessageDeduplicationId=deduplication_id(job.job_id, str(job.type)),
+        MessageDeduplicationId=deduplication_id(tenant_id, job.job_id, str(job.type)),
         MessageAttributes={
             "tenantId": {"DataType": "String", "StringValue": tenant_id},
             "type": {"DataType": "String", "StringValue": str(job.type)},

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agent_jobs.keys import job_key
 from agent_jobs_bench.capacity import Call, CallRecorder
 from agent_jobs_bench.figures import Comparison, Figure, Goal
 from agent_jobs_bench.naive import NaiveWorker, commit_to_folder, naive_enqueue
@@ -285,7 +286,7 @@ def _measure(side: _Side, source: _EventSource, jobs: int) -> Measurement:
 
     def sizes_of(job_id: str, steps: tuple[str, ...]) -> dict[str, int]:
         """The job item's size after each successful write of it, named by `steps` (the writes expected in order)."""
-        pk = f"job#{job_id}"
+        pk = f"job#{job_id}" if side.naive else job_key(TENANT, job_id)
         writes = [
             c for c in recorder.calls[start:] if pk in c.sizes_after and c.error is None and c.operation != "GetItem"
         ]

@@ -64,7 +64,7 @@ def naive_enqueue(
         QueueUrl=queue_url,
         MessageBody=body,
         MessageGroupId=workspace_group_id(job["workspaceId"]),
-        MessageDeduplicationId=deduplication_id(job["jobId"], job["type"]),
+        MessageDeduplicationId=deduplication_id(tenant_id, job["jobId"], job["type"]),
         MessageAttributes={
             "tenantId": {"DataType": "String", "StringValue": tenant_id},
             "type": {"DataType": "String", "StringValue": job["type"]},

@@ -319,7 +319,11 @@ class DeadLetterQueue:
                 return _result(message, RedriveOutcome.LEFT, "the rejection could not be recorded")
             return self._deleted(message, RedriveOutcome.REJECTED, f"not a valid job message ({problem}); halted")
 
-        record = guard.get_job(job.job_id) or {}
+        tenant_id = job.tenant_id or message.message_attributes.get("tenantId")
+        if tenant_id is None:
+            return _result(message, RedriveOutcome.LEFT, "the message names no tenant; send it again through the API")
+        job = job if job.tenant_id else job.model_copy(update={"tenant_id": tenant_id})
+        record = guard.get_job(tenant_id, job.job_id) or {}
         status = record.get("status")
         if record and record.get("payloadHash") not in (None, job.payload_hash):
             return self._deleted(
@@ -343,7 +347,7 @@ class DeadLetterQueue:
             halt_workspace=True,
         )
         if not parked:
-            now = (guard.get_job(job.job_id) or {}).get("status")
+            now = (guard.get_job(tenant_id, job.job_id) or {}).get("status")
             return _result(message, RedriveOutcome.LEFT, f"could not park the job (now {now}); redrive again")
         return self._deleted(message, RedriveOutcome.PARKED, f"parked at SequenceNumber {sequence_number}; halted")
 

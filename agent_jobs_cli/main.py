@@ -750,9 +750,10 @@ def dlq_show(ctx: typer.Context, message_id: str, as_json: JsonOption = False) -
             "are redriven); list them with: agent-jobs dlq list"
         )
     job = None
-    if message.job_id:
+    tenant_id = message.message_attributes.get("tenantId")
+    if message.job_id and tenant_id:
         guard = JobGuard(target.dynamodb(), target.table_name)
-        job = aws_call("reading the job record", lambda: guard.get_job(str(message.job_id)))
+        job = aws_call("reading the job record", lambda: guard.get_job(tenant_id, str(message.job_id)))
     try:
         body: Any = json.loads(message.body)
     except ValueError:

@@ -466,7 +466,7 @@ class Agents:
             QueueUrl=self.queue_url,
             MessageBody=message.model_dump_json(by_alias=True),
             MessageGroupId=workspace_group_id(job.workspace_id),
-            MessageDeduplicationId=deduplication_id(job.job_id, job.type) + "-resent",
+            MessageDeduplicationId=deduplication_id(self.tenant_id, job.job_id, job.type) + "-resent",
         )
         with self.submissions.lock:
             self.submissions.raw_sent += 1

@@ -88,8 +88,20 @@ class Stack:
         raw = self.services.dynamodb.get_item(TableName=self.table_name, Key={"pk": {"S": pk}}).get("Item")
         return to_item(raw) if raw else None
 
-    def job(self, job_id: str) -> Any:
-        return self.guard.get_job(job_id)
+    def job(self, job_id: str, tenant_id: str | None = None) -> Any:
+        """The job record of `tenant_id`'s `job_id`; without a tenant, the one job record of that jobId (a test
+        naming a jobId that two tenants used must say which tenant's it means)."""
+        if tenant_id is not None:
+            return self.guard.get_job(tenant_id, job_id)
+        scan = self.services.dynamodb.get_paginator("scan").paginate(
+            TableName=self.table_name,
+            FilterExpression="jobId = :jid AND begins_with(pk, :job)",
+            ExpressionAttributeValues={":jid": {"S": job_id}, ":job": {"S": "job#"}},
+        )
+        tenants = {str(to_item(raw)["tenantId"]) for page in scan for raw in page["Items"]}
+        if len(tenants) > 1:
+            raise AssertionError(f"jobId {job_id} is a job of {sorted(tenants)}: name the tenant")
+        return self.guard.get_job(tenants.pop(), job_id) if tenants else None
 
     def workspace(self, workspace_id: str) -> Any:
         return self.guard.get_workspace(workspace_id)

@@ -2,13 +2,13 @@
 
     POST /jobs           body: {"jobId", "workspaceId", "type", "payload"}
                          202 accepted, or already accepted with the same payload ("created": false)
-                         409 the jobId is taken by another job; 403 another tenant's workspace; 404 a workspace
-                         not registered yet; 400, 413, 415, 422 a request to fix; 503 retry
+                         409 the jobId is taken by another job of the tenant; 404 a workspace the tenant has not
+                         registered (another tenant's answers the same); 400, 413, 415, 422 a request to fix; 503 retry
     POST /jobs:batch     body: {"jobs": [1 to 10 jobs, each as POST /jobs takes it]}
                          200 {"results": [one per job, in request order: jobId, statusCode (202 accepted, "created"
-                         false for a repeat; 409; 403; 404; 413; 503 retry that job), status, messageId, sequenceNumber,
+                         false for a repeat; 409; 404; 413; 503 retry that job), status, messageId, sequenceNumber,
                          created, message]}; 400, 413, 415, 422 a batch to fix (nothing accepted); 503 retry the batch
-    GET  /jobs/{jobId}   200 the job's public state and history; 403 another tenant's job; 404 unknown; 422 bad id
+    GET  /jobs/{jobId}   200 the job's public state and history; 404 no job of the tenant by that id; 422 bad id
     PUT  /workspaces/{workspaceId}
                          body: {"remoteUrl", "branch", "baseBranch", "testCommands", "tokenParameter",
                          "githubRepository", "githubApiUrl"}; 201 registered, 200 updated; 403 another tenant's
@@ -17,17 +17,18 @@
                          (registering is idempotent)
     GET  /workspaces/{workspaceId}
                          200 the registration, the workspace's state (ACTIVE, HALTED, RESUMING) and lastAppliedJobId;
-                         403 another tenant's; 404 neither registered nor halted; 422 bad id
+                         404 neither registered nor halted for the tenant; 422 bad id
     GET  /workspaces/{workspaceId}/jobs?limit=&nextToken=
                          200 {"jobs": [job views, oldest accepted first], "nextToken": str | null}; 400 a nextToken
-                         this API did not issue for the workspace; 403, 404 as above; 422 bad id or limit
+                         this API did not issue for the workspace; 404 as above; 422 bad id or limit
     GET  /openapi.json   200 the OpenAPI document of these routes (no authentication)
     POST /workspaces/{workspaceId}/resume
                          body: {"decision": "retry"|"skip", "haltingJobId"}; operator scope, own tenant only.
                          202 the workspace's status (RESUMING, or ACTIVE when nothing was parked, or still HALTED by
                          the next undecided job); 409 not HALTED,
-                         another halting job, or retry of a rejected message; 403 another tenant's or no operator
-                         scope; 404 unknown; 400, 413, 415, 422 a request to fix; 503 retry (the same request is safe)
+                         another halting job, or retry of a rejected message; 403 no operator scope; 404 no halted
+                         workspace of the tenant; 400, 413, 415, 422 a request to fix; 503 retry (the same request is
+                         safe)
     GET  /workspaces?state=HALTED[&limit=&nextToken=]
                          200 {"workspaces": [status of each HALTED or RESUMING workspace], "nextToken"}; 422 another
                          state, a bad limit or a nextToken this API did not give the caller; 403 no usable tenant
@@ -36,14 +37,15 @@ Tenancy: the caller's tenant comes from `caller_tenant` and nowhere else. It is 
 JWT that the API's JWT authorizer puts at `requestContext.authorizer.jwt.claims` (API Gateway itself answers 401 to a
 request without a valid token, before this function runs). A request without an authorizer context is refused (401);
 one whose authorizer gave no usable `tenant_id` claim is refused (403). A body never names a tenant: the job model
-forbids unknown fields, so a body carrying `tenantId` is refused with 422. A job for a workspace registered to (or
-halted for) another tenant is refused (403), one for a workspace nobody registered yet 404: nothing is recorded or
-queued. A registration names only the tenant's own tokens and file-system remotes and only public hosts
-(`agent_jobs.tenancy`).
+forbids unknown fields, so a body carrying `tenantId` is refused with 422. A job for a workspace the tenant has not
+registered is refused with 404, nothing recorded or queued, whether nobody registered it or another tenant did: the
+words are the same, so no answer tells one tenant which jobIds or workspaceIds another uses. JobIds are each tenant's
+own names (the job's key holds the tenant). A registration names only the tenant's own tokens and file-system remotes
+and only public hosts (`agent_jobs.tenancy`).
 
-Repeating a request is always safe: a jobId is accepted at most once, and a repeat with the same payload is answered
-from the job's record. The AWS clients are built on the first invocation and kept while the environment is warm;
-`reset_services()` forgets them (tests call it after changing the environment).
+Repeating a request is always safe: a jobId is accepted at most once per tenant, and a repeat with the same payload
+is answered from the job's record. The AWS clients are built on the first invocation and kept while the environment
+is warm; `reset_services()` forgets them (tests call it after changing the environment).
 """
 
 from __future__ import annotations
@@ -815,8 +817,10 @@ class HaltedWorkspacesView(_View):
 _REFUSAL_DESCRIPTIONS: Final = {
     400: "The body or a query parameter cannot be read; the message says what to send.",
     401: "No valid bearer token.",
-    403: "Another tenant's resource, or a token without the tenant or scope the action needs.",
-    404: "Not found; the message says how to create it.",
+    403: "A token without the tenant or scope the action needs, or a registration of a workspaceId another tenant"
+    " holds.",
+    404: "Not found for the caller's tenant (another tenant's job or workspace is answered the same); the message says"
+    " how to create it.",
     409: "Conflicts with what is recorded; the message says why.",
     413: "The body is over the size limit.",
     415: "The body is not JSON.",
@@ -997,8 +1001,8 @@ def submit_job() -> Response[Any]:
         metrics.add_metric(name="JobsConflict", unit=MetricUnit.Count, value=1)
         return _json_response(HTTPStatus.CONFLICT, {"message": str(conflict), "jobId": job.job_id})
     except WorkspaceForbiddenError as forbidden:
-        logger.info("workspace belongs to another tenant")
-        raise RequestRefused(HTTPStatus.FORBIDDEN, str(forbidden)) from None
+        logger.info("workspace belongs to another tenant")  # answered as an unregistered workspace: no oracle
+        raise RequestRefused(HTTPStatus.NOT_FOUND, str(forbidden)) from None
     except WorkspaceUnregisteredError as unregistered:
         logger.info("workspace not registered")
         raise RequestRefused(HTTPStatus.NOT_FOUND, str(unregistered)) from None
@@ -1056,11 +1060,11 @@ def read_job(job_id: str) -> Response[Any]:
     tenant = caller_tenant(app.current_event, svc.settings)
     job_id = _valid_path_id("jobId", job_id)
     logger.append_keys(job_id=job_id, tenant_id=tenant)
-    item = svc.guard.get_job(job_id)
+    # Keyed by the caller's tenant: another tenant's job of the same jobId is not the caller's job, and is answered
+    # exactly as a jobId nobody used (404), so the answer tells nothing about other tenants' jobIds.
+    item = svc.guard.get_job(tenant, job_id)
     if item is None:
         raise RequestRefused(HTTPStatus.NOT_FOUND, f"no job '{job_id}'; check the jobId returned when it was accepted")
-    if item.get("tenantId") != tenant:
-        raise RequestRefused(HTTPStatus.FORBIDDEN, f"job '{job_id}' belongs to another tenant")
     metrics.add_metric(name="JobsRead", unit=MetricUnit.Count, value=1)
     return _json_response(HTTPStatus.OK, public_job_view(item))
 
@@ -1177,20 +1181,19 @@ def read_openapi_document() -> Response[Any]:
 
 
 def _visible_workspace(svc: Services, workspace_id: str, tenant: str) -> WorkspaceStatus:
-    """The workspace's status if `tenant` owns it; 404 when nobody may see it, 403 when another tenant owns it."""
+    """The workspace's status if `tenant` owns it, else 404: another tenant's workspace is answered word for word as
+    one nobody registered, so that the answer tells nothing about other tenants' workspace ids."""
     status = workspace_registry(svc).status(workspace_id)
     # An item nobody owns (halted by a message that named no tenant) is shown to no one until a tenant registers it.
     if (
         status is None
-        or status.tenant_id is None
+        or status.tenant_id != tenant
         or (status.registered is None and status.state is WorkspaceState.ACTIVE)
     ):
         raise RequestRefused(
             HTTPStatus.NOT_FOUND,
             f"no workspace '{workspace_id}'; register it with PUT /workspaces/{workspace_id}",
         )
-    if status.tenant_id != tenant:
-        raise RequestRefused(HTTPStatus.FORBIDDEN, f"workspace '{workspace_id}' belongs to another tenant")
     return status
 
 
@@ -1269,10 +1272,9 @@ def resume(workspace_id: str) -> Response[Any]:
         sqs=svc.sqs,
         queue_url=svc.settings.queue_url,
     )
-    if result.outcome is ResumeOutcome.NOT_FOUND:
+    if result.outcome in (ResumeOutcome.NOT_FOUND, ResumeOutcome.OTHER_TENANT):
+        # Another tenant's workspace is answered as one that does not exist: no oracle of other tenants' ids.
         raise RequestRefused(HTTPStatus.NOT_FOUND, f"no halted workspace '{workspace_id}'; check the workspaceId")
-    if result.outcome is ResumeOutcome.OTHER_TENANT:
-        raise RequestRefused(HTTPStatus.FORBIDDEN, f"workspace '{workspace_id}' belongs to another tenant")
     view = _workspace_view(workspace_id, result.workspace or {})
     if result.outcome in _RESUME_CONFLICTS:
         logger.info("resume refused", extra={"outcome": str(result.outcome)})

@@ -620,7 +620,7 @@ class BatchWorker:
             if cursor:
                 # A drained job not released yet: a drain that never came back, or one that finished but crashed
                 # before releasing it. Finish that one first: nothing after it may run before it.
-                job = guard.get_job(str(cursor))
+                job = guard.get_job(str(workspace.get("tenantId", "")), str(cursor))
                 if job is not None and job.get("status") == JobStatus.IN_FLIGHT:
                     if not self._drain_job(record, marker, job, context, reclaim=True):
                         return
@@ -675,7 +675,7 @@ class BatchWorker:
         job_id = str(job.get("jobId"))
         if "body" not in job:
             # An entry of the parked index (keys only): the job itself, read consistently, carries the body.
-            job = guard.get_job(job_id) or job
+            job = guard.get_job(str(job.get("tenantId", "")), job_id) or job
         with self._log_keys(jobId=job_id, type=job.get("type")):
             claim = guard.claim_parked(
                 job,

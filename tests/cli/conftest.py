@@ -20,7 +20,7 @@ from agent_jobs.keys import job_key
 from agent_jobs_cli.main import OPERATOR_SCOPE, app
 from agent_jobs_local.auth import mint_token
 from agent_jobs_local.runtime import LocalRuntime
-from agent_jobs_local.workload import create_remote, register_workspaces, remote_path
+from agent_jobs_local.workload import DEFAULT_TENANT, create_remote, register_workspaces, remote_path
 
 TENANT = "default"
 PATCH = "--- a/f\n+++ b/f\n@@ -0,0 +1 @@\n+x\n"
@@ -58,7 +58,7 @@ def table_items(runtime: LocalRuntime) -> list[dict[str, Any]]:
 
 
 def job_item(runtime: LocalRuntime, job_id: str) -> dict[str, Any]:
-    return next(item for item in table_items(runtime) if item["pk"] == job_key(job_id))
+    return next(item for item in table_items(runtime) if item["pk"] == job_key(DEFAULT_TENANT, job_id))
 
 
 @dataclass

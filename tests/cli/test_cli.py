@@ -309,4 +309,4 @@ def test_cli_mints_a_token_for_the_local_runtime_when_none_is_given(cli: CliHarn
     assert minted.exit_code == 0, minted.output
     assert json.loads(minted.stdout)["tenantId"] == "default"
     assert other_tenant.exit_code == 1
-    assert "403" in other_tenant.stderr
+    assert "404" in other_tenant.stderr

@@ -158,7 +158,7 @@ def test_dlq_redrive_rejects_a_body_that_is_not_a_job_and_deletes_a_job_that_too
 ):
     # Given a DLQ holding a message that is no job (workspace ws-bad) and the copy of a job that already SUCCEEDED
     sqs = server_stack.services.sqs
-    sqs.send_message(
+    bad = sqs.send_message(
         QueueUrl=server_stack.dlq_url,
         MessageBody='{"jobId": "bad-1", "not": "a job"}',
         MessageGroupId=workspace_group_id("ws-bad"),
@@ -180,7 +180,9 @@ def test_dlq_redrive_rejects_a_body_that_is_not_a_job_and_deletes_a_job_that_too
     assert result.exit_code == 0, result.output
     outcomes = {r["workspaceId"]: r["outcome"] for r in json.loads(result.stdout)["results"]}
     assert outcomes == {"ws-bad": RedriveOutcome.REJECTED, "ws-done": RedriveOutcome.ALREADY_DONE}
-    assert server_stack.job("bad-1")["status"] == JobStatus.REJECTED
+    # (it names no tenant, so its jobId keys no job of any tenant: it is recorded under its message id)
+    assert server_stack.item(f"msg#{bad['MessageId']}")["status"] == JobStatus.REJECTED
+    assert server_stack.job("bad-1") is None
     assert server_stack.workspace("ws-bad")["state"] == WorkspaceState.HALTED
     assert server_stack.workspace("ws-done")["state"] == "ACTIVE"  # nothing halted a workspace whose job took effect
     assert depth(sqs, server_stack.dlq_url) == 0

@@ -196,7 +196,7 @@ def test_submit_job_accepts_and_sends_it_to_the_workspace_group(api: Api) -> Non
     assert response.headers["Location"] == "/jobs/job-1"
     (record,) = api.stack.receive()["Records"]
     assert record["attributes"]["MessageGroupId"] == "ws#ws-a"
-    assert record["attributes"]["MessageDeduplicationId"] == hashlib.sha256(b"job-1:apply_patch").hexdigest()
+    assert record["attributes"]["MessageDeduplicationId"] == hashlib.sha256(b"default:job-1:apply_patch").hexdigest()
     assert record["messageAttributes"]["tenantId"]["stringValue"] == "default"
     assert record["messageAttributes"]["type"]["stringValue"] == "apply_patch"
     message = JobMessage.model_validate_json(record["body"])
@@ -359,15 +359,28 @@ def test_submit_job_same_job_id_with_another_job_conflicts(api: Api, change: dic
     assert len(api.drain()) == 1
 
 
-def test_submit_job_same_job_id_from_another_tenant_conflicts(api: Api) -> None:
-    api.post(job_body("job-1"), claims={"tenant_id": "tenant-a"})
-    stored_before = api.stack.job("job-1")
+def test_submit_job_id_taken_first_by_another_tenant_is_still_the_tenants_own(api: Api) -> None:
+    # Given tenant-b took "job-1" first, for its own workspace (squatting on a jobId tenant-a will use)
+    squat = api.post(job_body("job-1", "ws-b"), claims={"tenant_id": "tenant-b"})
+    assert squat.status == 202
+    squatted = api.stack.job("job-1", "tenant-b")
 
-    response = api.post(job_body("job-1"), claims={"tenant_id": "tenant-b"})
+    # When tenant-a sends its job-1, and each tenant retries its own
+    response = api.post(job_body("job-1", "ws-a"), claims={"tenant_id": "tenant-a"})
+    retry_a = api.post(job_body("job-1", "ws-a"), claims={"tenant_id": "tenant-a"})
+    retry_b = api.post(job_body("job-1", "ws-b"), claims={"tenant_id": "tenant-b"})
 
-    assert response.status == 409
-    assert api.stack.job("job-1") == stored_before
-    assert api.stack.queue_depth() == 1
+    # Then tenant-a's job is accepted and queued as a job of its own; neither job touched the other
+    assert (response.status, response.body["created"]) == (202, True)
+    assert (retry_a.status, retry_a.body["created"]) == (202, False)
+    assert (retry_b.status, retry_b.body["created"]) == (202, False)
+    assert api.stack.job("job-1", "tenant-b") == squatted
+    assert api.stack.job("job-1", "tenant-a")["workspaceId"] == "ws-a"
+    records = api.drain()
+    assert sorted(record["attributes"]["MessageGroupId"] for record in records) == ["ws#ws-a", "ws#ws-b"]
+    # And each tenant reads only its own job under that jobId
+    assert api.get("job-1", claims={"tenant_id": "tenant-a"}).body["workspaceId"] == "ws-a"
+    assert api.get("job-1", claims={"tenant_id": "tenant-b"}).body["workspaceId"] == "ws-b"
 
 
 # ---- POST /jobs: refused requests send nothing and write nothing ---------------------------------------------------
@@ -590,15 +603,19 @@ def test_read_job_malformed_job_id_is_422(api: Api, raw_job_id: str) -> None:
     assert set(response.field_errors()) == {"jobId"}
 
 
-def test_read_job_of_another_tenant_is_403(api: Api) -> None:
+def test_read_job_of_another_tenant_is_answered_as_an_unknown_job(api: Api) -> None:
     # Given a job that tenant-a enqueued through the layer
     enqueue(api.stack, make_job("job-a", "ws-a"), tenant_id="tenant-a")
 
     other = api.get("job-a", claims={"tenant_id": "tenant-b"})
+    unknown = api.get("job-z", claims={"tenant_id": "tenant-b"})
     owner = api.get("job-a", claims={"tenant_id": "tenant-a"})
     anonymous = api.invoke(without_authorizer(get_event("job-a")))
 
-    assert other.status == 403
+    # Then tenant-b cannot tell tenant-a's jobId from one nobody used: the same status and the same words
+    assert (other.status, unknown.status) == (404, 404)
+    assert other.body["message"].replace("job-a", "job-z") == unknown.body["message"]
+    assert set(other.body) == set(unknown.body)
     assert "jobId" not in other.body
     assert owner.status == 200
     assert owner.body["tenantId"] == "tenant-a"

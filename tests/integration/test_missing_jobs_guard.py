@@ -26,7 +26,7 @@ def accepted(guard: JobGuard, job_id: str, seq: str) -> Any:
     """A job recorded QUEUED and sent at `seq`, as the producer leaves it."""
     message = make_message(job_id)
     assert guard.record_accepted(message).outcome is AcceptOutcome.NEW
-    guard.record_sent(job_id, f"m-{job_id}", seq)
+    guard.record_sent("tenant-1", job_id, f"m-{job_id}", seq)
     return message
 
 
@@ -75,7 +75,7 @@ def test_an_index_entry_of_a_job_that_settled_meanwhile_is_not_missing(guard: Jo
     accepted(guard, "a1", "100")
     any_stack.services.dynamodb.update_item(
         TableName=any_stack.table_name,
-        Key={"pk": {"S": job_key("a1")}},
+        Key={"pk": {"S": job_key("tenant-1", "a1")}},
         UpdateExpression="SET #status = :succeeded",  # the job settled; the entry is still indexed
         ExpressionAttributeNames={"#status": "status"},
         ExpressionAttributeValues={":succeeded": {"S": str(JobStatus.SUCCEEDED)}},
@@ -88,7 +88,7 @@ def test_another_tenants_record_naming_the_workspace_is_ignored(guard: JobGuard,
     any_stack.services.dynamodb.put_item(
         TableName=any_stack.table_name,
         Item={
-            "pk": {"S": job_key("evil")},
+            "pk": {"S": job_key("tenant-2", "evil")},
             "jobId": {"S": "evil"},
             "tenantId": {"S": "tenant-2"},
             "status": {"S": str(JobStatus.QUEUED)},

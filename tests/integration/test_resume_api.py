@@ -146,13 +146,14 @@ def test_resume_conflicts_are_409_and_change_nothing(api: ResumeApi):
     assert "ACTIVE" in not_halted.body["message"]
 
 
-def test_resume_without_operator_scope_or_for_another_tenant_is_403(api: ResumeApi):
+def test_resume_without_operator_scope_is_403_and_for_another_tenant_404(api: ResumeApi):
     halt(api.stack, "d1")
     assert api.resume("ws-a", "retry", "d1", claims=AGENT).status == 403
     other = {"tenant_id": "tenant-2", "scope": "agent-jobs/operator"}
     refused = api.resume("ws-a", "retry", "d1", claims=other)
-    assert refused.status == 403
-    assert "another tenant" in refused.body["message"]
+    unknown = api.resume("ws-zz", "retry", "d1", claims=other)
+    assert (refused.status, unknown.status) == (404, 404)
+    assert refused.body["message"] == unknown.body["message"].replace("ws-zz", "ws-a")
     assert api.stack.workspace("ws-a")["state"] == WorkspaceState.HALTED
     assert queued_markers(api.stack) == []
 

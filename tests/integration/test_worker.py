@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from agent_jobs.guard import JobGuard
+from agent_jobs.keys import job_key
 from agent_jobs.models import JobStatus, WorkspaceState
 from jobs.errors import RetryableJobError
 from tests.conftest import ManualClock, Stack, enqueue, make_job, make_message
@@ -109,7 +110,7 @@ def test_worker_duplicate_is_still_detected_after_its_ttl_passed(stack, make_wor
     worker.handle(event, lambda_context())
     stack.services.dynamodb.update_item(
         TableName=stack.table_name,
-        Key={"pk": {"S": "job#old-1"}},
+        Key={"pk": {"S": job_key("tenant-1", "old-1")}},
         UpdateExpression="SET #ttl = :past",
         ExpressionAttributeNames={"#ttl": "ttl"},
         ExpressionAttributeValues={":past": {"N": "1"}},

@@ -265,14 +265,15 @@ def test_read_workspace_unknown_is_404(api: WorkspaceApi) -> None:
     assert "PUT /workspaces/repo-unknown" in response.body["message"]
 
 
-def test_read_workspace_of_another_tenant_is_403(api: WorkspaceApi) -> None:
+def test_read_workspace_of_another_tenant_is_404(api: WorkspaceApi) -> None:
     api.put(claims={"tenant_id": "tenant-a"})
 
     other = api.read(claims={"tenant_id": "tenant-b"})
     owner = api.read(claims={"tenant_id": "tenant-a"})
     anonymous = api.invoke(without_authorizer(get_event()))
 
-    assert other.status == 403
+    assert other.status == 404
+    assert "another tenant" not in other.body["message"]
     assert "remoteUrl" not in other.body
     assert owner.status == 200
     assert anonymous.status == 401

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from agent_jobs.guard import AcceptOutcome, JobGuard, _wire
+from agent_jobs.keys import job_key
 from agent_jobs.models import JobStatus, job_message
 from enqueue_api import app
 from tests.conftest import ManualClock, Stack, make_job, register_workspace
@@ -61,7 +62,7 @@ class TimelineApi(WorkspaceApi):
                     TableName=self.stack.table_name,
                     Item=_wire(
                         {
-                            "pk": f"job#{job_id}",
+                            "pk": job_key(tenant, job_id),
                             "jobId": job_id,
                             "workspaceId": workspace_id,
                             "tenantId": tenant,
@@ -282,13 +283,14 @@ def test_timeline_token_is_opaque_base64url_bound_to_the_workspace(server_api: T
 # ---- tenancy -------------------------------------------------------------------------------------------------------
 
 
-def test_timeline_of_another_tenants_workspace_is_403(api: TimelineApi) -> None:
+def test_timeline_of_another_tenants_workspace_is_404(api: TimelineApi) -> None:
     api.submit("job-1")
 
     response = api.timeline(claims=OTHER)
 
-    assert response.status == 403
-    assert "another tenant" in response.body["message"]
+    assert response.status == 404
+    assert "another tenant" not in response.body["message"]
+    assert "jobs" not in response.body
 
 
 def test_timeline_of_an_unknown_workspace_is_404(api: TimelineApi) -> None:

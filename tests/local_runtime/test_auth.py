@@ -281,29 +281,31 @@ def test_auth_public_route_needs_no_token(server_stack: Stack, monkeypatch: pyte
 # ---- tenancy ------------------------------------------------------------------------------------------------------
 
 
-def test_auth_enqueue_to_another_tenants_workspace_is_403_and_records_nothing(api: Api, server_stack: Stack) -> None:
+def test_auth_enqueue_to_another_tenants_workspace_is_404_and_records_nothing(api: Api, server_stack: Stack) -> None:
     # Given ws-a registered by tenant-a
     assert api.as_tenant("tenant-a")("PUT", "/workspaces/ws-a", registration("ws-a")).status == 201
 
-    # When tenant-b sends a job for it
+    # When tenant-b sends a job for it, and one for a workspace nobody registered
     answer = api.as_tenant("tenant-b")("POST", "/jobs", job_body("job-b", "ws-a"))
+    nobodys = api.as_tenant("tenant-b")("POST", "/jobs", job_body("job-b", "ws-z"))
 
-    # Then it is refused with what to do, and nothing is recorded or queued
-    assert answer.status == 403
-    assert "belongs to another tenant" in answer.body["message"]
-    assert "PUT /workspaces/{workspaceId}" in answer.body["message"]
+    # Then it is refused with what to do, in the very words of the unregistered one (no oracle of tenant-a's ids),
+    # and nothing is recorded or queued
+    assert (answer.status, nobodys.status) == (404, 404)
+    assert answer.body["message"].replace("ws-a", "ws-z") == nobodys.body["message"]
+    assert "PUT /workspaces/ws-a" in answer.body["message"]
     assert server_stack.job("job-b") is None
     assert server_stack.queue_depth() == 0
     assert server_stack.workspace("ws-a")["tenantId"] == "tenant-a"
 
 
-def test_auth_enqueue_to_a_workspace_halted_for_another_tenant_is_403(api: Api, server_stack: Stack) -> None:
+def test_auth_enqueue_to_a_workspace_halted_for_another_tenant_is_404(api: Api, server_stack: Stack) -> None:
     # Given ws-h halted by a job of tenant-a, never registered
     server_stack.guard.halt_workspace("ws-h", tenant_id="tenant-a", job_id="job-0", reason="job job-0 is DEAD")
 
     answer = api.as_tenant("tenant-b")("POST", "/jobs", job_body("job-b", "ws-h"))
 
-    assert answer.status == 403
+    assert answer.status == 404
     assert server_stack.job("job-b") is None
     assert server_stack.queue_depth() == 0
 
@@ -327,7 +329,7 @@ def test_auth_the_owning_tenant_enqueues_reads_and_updates(api: Api, server_stac
     assert server_stack.queue_depth() == 1
 
 
-def test_auth_cross_tenant_reads_and_registration_are_403(api: Api, server_stack: Stack) -> None:
+def test_auth_cross_tenant_reads_are_404_and_registration_403(api: Api, server_stack: Stack) -> None:
     # Given tenant-a's workspace and job
     tenant_a, tenant_b = api.as_tenant("tenant-a"), api.as_tenant("tenant-b")
     assert tenant_a("PUT", "/workspaces/ws-a", registration("ws-a")).status == 201
@@ -335,12 +337,17 @@ def test_auth_cross_tenant_reads_and_registration_are_403(api: Api, server_stack
 
     job = tenant_b("GET", "/jobs/job-a")
     workspace = tenant_b("GET", "/workspaces/ws-a")
+    timeline = tenant_b("GET", "/workspaces/ws-a/jobs")
     takeover = tenant_b("PUT", "/workspaces/ws-a", registration("ws-a", "tenant-b"))
 
-    assert job.status == 403
+    # Then the reads are answered as for ids nobody used: tenant-b learns nothing of tenant-a's ids
+    assert (job.status, job.body) == (404, {**tenant_b("GET", "/jobs/job-z").body, "message": job.body["message"]})
+    assert job.body["message"] == tenant_b("GET", "/jobs/job-z").body["message"].replace("job-z", "job-a")
     assert "status" not in job.body
-    assert workspace.status == 403
+    assert workspace.status == timeline.status == 404
+    assert workspace.body["message"] == tenant_b("GET", "/workspaces/ws-z").body["message"].replace("ws-z", "ws-a")
     assert "remoteUrl" not in workspace.body
+    # A registration cannot take the name over; it is the one answer that says a workspaceId is taken
     assert takeover.status == 403
     assert server_stack.workspace("ws-a")["remoteUrl"] == "/srv/git/tenant-a/ws-a.git"
 
@@ -349,7 +356,7 @@ def test_auth_operator_token_of_another_tenant_reads_nothing(api: Api) -> None:
     # The operator scope acts on the caller's own tenant only
     assert api.as_tenant("tenant-a")("PUT", "/workspaces/ws-a", registration("ws-a")).status == 201
     assert api.as_tenant("tenant-a")("POST", "/jobs", job_body("job-a")).status == 202
-    assert api.as_tenant("tenant-b", OPERATOR_SCOPE)("GET", "/jobs/job-a").status == 403
+    assert api.as_tenant("tenant-b", OPERATOR_SCOPE)("GET", "/jobs/job-a").status == 404
 
 
 # ---- the development key and the token command --------------------------------------------------------------------
@@ -423,7 +430,7 @@ def halted_workspace_of(api: Api, server_stack: Stack, tenant: str, workspace_id
     server_stack.guard.halt_workspace(workspace_id, tenant_id=tenant, job_id="job-0", reason="job job-0 is DEAD")
 
 
-def test_auth_resume_of_another_tenants_workspace_is_403_and_changes_nothing(api: Api, server_stack: Stack) -> None:
+def test_auth_resume_of_another_tenants_workspace_is_404_and_changes_nothing(api: Api, server_stack: Stack) -> None:
     # Given tenant-a's halted workspace
     halted_workspace_of(api, server_stack, "tenant-a", "ws-a")
 
@@ -432,9 +439,9 @@ def test_auth_resume_of_another_tenants_workspace_is_403_and_changes_nothing(api
         "POST", "/workspaces/ws-a/resume", {"decision": "skip", "haltingJobId": "job-0"}
     )
 
-    # Then it is refused and the workspace stays halted by the same job
-    assert answer.status == 403
-    assert "another tenant" in answer.body["message"]
+    # Then it is refused as for a workspace that does not exist, and the workspace stays halted by the same job
+    assert answer.status == 404
+    assert "another tenant" not in answer.body["message"]
     workspace = server_stack.workspace("ws-a")
     assert (workspace["state"], workspace["haltingJobId"]) == ("HALTED", "job-0")
 

@@ -22,7 +22,7 @@ def naive_enqueue(sqs: SQSClient, queue_url: str, job: dict[str, Any], tenant_id
         QueueUrl=queue_url,
         MessageBody=json.dumps({**job, "tenantId": tenant_id}),
         MessageGroupId=workspace_group_id(job["workspaceId"]),
-        MessageDeduplicationId=deduplication_id(job["jobId"], job["type"]),
+        MessageDeduplicationId=deduplication_id(tenant_id, job["jobId"], job["type"]),
         MessageAttributes={
             "tenantId": {"DataType": "String", "StringValue": tenant_id},
             "type": {"DataType": "String", "StringValue": job["type"]},

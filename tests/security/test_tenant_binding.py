@@ -70,9 +70,9 @@ def test_enqueue_to_an_unregistered_workspace_is_404_and_records_nothing(api: Ap
     assert api.stack.job("planted") is None
     assert api.stack.queue_depth() == 0
 
-    # And once acme registers the workspace, mallory's job is refused as another tenant's (403), acme's accepted
+    # And once acme registers the workspace, mallory's job is refused just the same (404), acme's accepted
     register_workspace(api.stack, "acme-repo", "acme")
-    assert api.invoke(post_event(job_body("planted", "acme-repo"), claims=ATTACKER), register=False).status == 403
+    assert api.invoke(post_event(job_body("planted", "acme-repo"), claims=ATTACKER), register=False).status == 404
     assert api.invoke(post_event(job_body("own", "acme-repo"), claims=VICTIM), register=False).status == 202
 
 
@@ -162,10 +162,16 @@ def test_a_rejection_never_overwrites_another_messages_rejected_record(stack: St
     assert stack.guard.reject(
         message_id="m-mallory", job_id="j-1", workspace_id="ws-b", tenant_id="mallory", reason="evil", body="{!}"
     )
-    # Then acme's record is untouched; mallory's is recorded under its own message id
-    job = stack.job("j-1")
+    # Then acme's record is untouched; mallory's is a record of mallory's own jobId
+    job = stack.job("j-1", "acme")
     assert (job["tenantId"], job["error"], job["messageId"], job["body"]) == ("acme", "bad patch", "m-acme", "{}")
-    assert stack.item("msg#m-mallory")["error"] == "evil"
+    assert stack.job("j-1", "mallory")["error"] == "evil"
+    # And a second message of acme's jobId cannot take acme's record either: it goes under its own message id
+    assert stack.guard.reject(
+        message_id="m-other", job_id="j-1", workspace_id="ws-a", tenant_id="acme", reason="other", body="{?}"
+    )
+    assert stack.job("j-1", "acme")["messageId"] == "m-acme"
+    assert stack.item("msg#m-other")["error"] == "other"
 
 
 # ---- 3. secrets are bound to their tenant -------------------------------------------------------------------------

@@ -277,10 +277,13 @@ def test_park_never_takes_over_a_job_accepted_with_another_payload(guard: JobGua
 
 def test_claim_keeps_the_tenant_the_producer_recorded(guard: JobGuard, stack: Stack):
     guard.record_accepted(make_message("j1", tenant_id="tenant-1"))
-    # the same job (same payload) arriving with another tenant in its body cannot move it to that tenant
+    before = stack.job("j1", "tenant-1")
+    # the same job (same payload) arriving with another tenant in its body is that tenant's j1, not this job: it
+    # can neither move this job to that tenant nor claim it
     message = make_message("j1", tenant_id="tenant-1").model_copy(update={"tenant_id": "tenant-2"})
-    assert claim(guard, message).claimed
-    assert stack.job("j1")["tenantId"] == "tenant-1"
+    claim(guard, message)
+    assert stack.job("j1", "tenant-1") == before
+    assert before["tenantId"] == "tenant-1"
 
 
 def test_complete_stores_a_result_with_floats(guard: JobGuard, stack: Stack):
@@ -295,15 +298,19 @@ def test_halt_workspace_without_a_job(guard: JobGuard, stack: Stack):
     assert (workspace["state"], workspace["haltingJobId"]) == (WorkspaceState.HALTED, "j9")
 
 
-def test_record_accepted_is_idempotent_for_the_same_job_and_conflicts_otherwise(guard: JobGuard):
+def test_record_accepted_is_idempotent_for_the_same_job_and_conflicts_otherwise(guard: JobGuard, stack: Stack):
     message = make_message("j1")
     assert guard.record_accepted(message).outcome is AcceptOutcome.NEW
     assert guard.record_accepted(message).outcome is AcceptOutcome.UNSENT
-    guard.record_sent("j1", "msg-1", "123")
+    guard.record_sent("tenant-1", "j1", "msg-1", "123")
     again = guard.record_accepted(message)
     assert again.outcome is AcceptOutcome.EXISTING
     assert again.item["messageId"] == "msg-1"
-    assert guard.record_accepted(make_message("j1", tenant_id="tenant-2")).outcome is AcceptOutcome.CONFLICT
+    # Another tenant's j1 is a job of its own (jobIds are each tenant's names): accepted, tenant-1's untouched
+    register_workspace(stack, "ws-b", "tenant-2")
+    theirs = guard.record_accepted(make_message("j1", workspace_id="ws-b", tenant_id="tenant-2"))
+    assert (theirs.outcome, theirs.item["workspaceId"]) == (AcceptOutcome.NEW, "ws-b")
+    assert (guard.get_job("tenant-1", "j1") or {}).get("messageId") == "msg-1"
     other_payload = make_message("j1", job_type="open_pr", payload={"title": "t"})
     assert guard.record_accepted(other_payload).outcome is AcceptOutcome.CONFLICT
 
@@ -340,7 +347,7 @@ def test_record_accepted_answers_a_sent_job_from_its_record_but_never_sends_into
     # Given two jobs of tenant-1 accepted for ws-a (only j-sent was sent) before ws-a became tenant-2's (an item
     # written by hand: a registration never changes its owner)
     guard.record_accepted(make_message("j-sent", workspace_id="ws-a", tenant_id="tenant-1"))
-    guard.record_sent("j-sent", "msg-1", "1")
+    guard.record_sent("tenant-1", "j-sent", "msg-1", "1")
     guard.record_accepted(make_message("j-unsent", workspace_id="ws-a", tenant_id="tenant-1"))
     stack.services.dynamodb.update_item(
         TableName=stack.table_name,

@@ -274,13 +274,15 @@ def test_payload_hash_of_non_ascii_payload_is_hex_sha256() -> None:
 # ---- deduplication id and queue message ----------------------------------------------------------------------------
 
 
-def test_deduplication_id_is_sha256_of_job_id_and_type() -> None:
-    expected = hashlib.sha256(b"job-1:apply_patch").hexdigest()
+def test_deduplication_id_is_sha256_of_tenant_job_id_and_type() -> None:
+    expected = hashlib.sha256(b"tenant-1:job-1:apply_patch").hexdigest()
 
-    assert deduplication_id("job-1", "apply_patch") == expected
+    assert deduplication_id("tenant-1", "job-1", "apply_patch") == expected
     assert SQS_ID.match(expected)
-    assert deduplication_id("job-1", "run_tests") != expected
-    assert deduplication_id("job-2", "apply_patch") != expected
+    assert deduplication_id("tenant-1", "job-1", "run_tests") != expected
+    assert deduplication_id("tenant-1", "job-2", "apply_patch") != expected
+    # Two tenants' jobs of one jobId are two jobs: the queue must not drop one as a duplicate of the other.
+    assert deduplication_id("tenant-2", "job-1", "apply_patch") != expected
 
 
 def test_job_message_carries_the_tenant_and_hash_in_camel_case() -> None:

@@ -328,13 +328,13 @@ class JobGuard:
             return self._known_job(message, to_item(job_reason.get("Item", {})), refusal)
         return AcceptResult(AcceptOutcome.NEW, item)
 
-    def record_sent(self, job_id: str, message_id: str, sequence_number: str | None) -> None:
+    def record_sent(self, tenant_id: str, job_id: str, message_id: str, sequence_number: str | None) -> None:
         """Store the queue's message id and sequence number; never touches the status a worker may already own."""
         values: dict[str, Any] = {":mid": message_id}
         expression = "SET messageId = :mid" + _sequence_clauses(values, sequence_number)
         self._client.update_item(
             TableName=self._table,
-            Key=_wire({"pk": job_key(job_id)}),
+            Key=_wire({"pk": job_key(tenant_id, job_id)}),
             UpdateExpression=expression,
             ConditionExpression="attribute_exists(pk)",
             ExpressionAttributeValues=_wire(values),
@@ -404,22 +404,22 @@ class JobGuard:
             raise RuntimeError("jobs left unrecorded after a round per job")
         return [results[index] for index in range(len(messages))]
 
-    def record_sent_batch(self, sent: Sequence[tuple[str, str, str | None]]) -> None:
-        """`record_sent` for several jobs, (jobId, messageId, sequenceNumber) each: one transaction of the updates,
-        which never touch the status a worker may own. If the transaction is cancelled (a worker's write of one of
-        the jobs at the same moment), each job is updated on its own instead."""
+    def record_sent_batch(self, sent: Sequence[tuple[str, str, str, str | None]]) -> None:
+        """`record_sent` for several jobs, (tenantId, jobId, messageId, sequenceNumber) each: one transaction of the
+        updates, which never touch the status a worker may own. If the transaction is cancelled (a worker's write of
+        one of the jobs at the same moment), each job is updated on its own instead."""
         if len(sent) == 1:
             self.record_sent(*sent[0])
             return
         updates: list[TransactWriteItemTypeDef] = []
-        for job_id, message_id, sequence_number in sent:
+        for tenant_id, job_id, message_id, sequence_number in sent:
             values: dict[str, Any] = {":mid": message_id}
             expression = "SET messageId = :mid" + _sequence_clauses(values, sequence_number)
             updates.append(
                 {
                     "Update": {
                         "TableName": self._table,
-                        "Key": _wire({"pk": job_key(job_id)}),
+                        "Key": _wire({"pk": job_key(tenant_id, job_id)}),
                         "UpdateExpression": expression,
                         "ConditionExpression": "attribute_exists(pk)",
                         "ExpressionAttributeValues": _wire(values),
@@ -431,13 +431,13 @@ class JobGuard:
         except ClientError as error:
             if _cancellation(error) is None:
                 raise
-            for job_id, message_id, sequence_number in sent:
-                self.record_sent(job_id, message_id, sequence_number)
+            for tenant_id, job_id, message_id, sequence_number in sent:
+                self.record_sent(tenant_id, job_id, message_id, sequence_number)
 
     def _queued_item(self, message: JobMessage, now: int) -> Item:
         """The QUEUED record of an accepted job (`record_accepted`, `record_accepted_batch`)."""
         return {
-            "pk": job_key(message.job_id),
+            "pk": job_key(_message_tenant(message), message.job_id),
             "jobId": message.job_id,
             "workspaceId": message.workspace_id,
             "tenantId": _message_tenant(message),
@@ -566,7 +566,7 @@ class JobGuard:
         job_update: TransactWriteItemTypeDef = {
             "Update": {
                 "TableName": self._table,
-                "Key": _wire({"pk": job_key(message.job_id)}),
+                "Key": _wire({"pk": job_key(_message_tenant(message), message.job_id)}),
                 "UpdateExpression": (
                     "SET "
                     + ", ".join(set_clauses)
@@ -656,7 +656,7 @@ class JobGuard:
         try:
             self._client.update_item(
                 TableName=self._table,
-                Key=_wire({"pk": job_key(lease.job_id)}),
+                Key=_wire({"pk": job_key(lease.tenant_id, lease.job_id)}),
                 UpdateExpression=(
                     "SET #status = :succeeded, #result = :result, updatedAt = :now, finishedAt = :now,"
                     " history = list_append(history, :entry) REMOVE pendingWorkspace"
@@ -694,7 +694,7 @@ class JobGuard:
             try:
                 self._client.update_item(
                     TableName=self._table,
-                    Key=_wire({"pk": job_key(lease.job_id)}),
+                    Key=_wire({"pk": job_key(lease.tenant_id, lease.job_id)}),
                     UpdateExpression=(
                         "SET #status = :failed, #error = :error, updatedAt = :now,"
                         f" {_COUNT_FAILURE}, history = list_append(history, :entry)"
@@ -797,7 +797,7 @@ class JobGuard:
         job_update: TransactWriteItemTypeDef = {
             "Update": {
                 "TableName": self._table,
-                "Key": _wire({"pk": job_key(message.job_id)}),
+                "Key": _wire({"pk": job_key(_message_tenant(message), message.job_id)}),
                 # A parked job waits for an operator: TTL must not collect it (TTL is garbage collection only).
                 "UpdateExpression": (
                     "SET "
@@ -859,9 +859,9 @@ class JobGuard:
             reason=reason,
             body=body,
         )
-        if job_id and record(pk=job_key(job_id), job_id=job_id):
+        if job_id and tenant_id and record(pk=job_key(tenant_id, job_id), job_id=job_id):
             return True
-        # No usable jobId, or it names a job that exists: the bad message is recorded under its own message id.
+        # No usable jobId or tenant, or it names a job that exists: the bad message is recorded under its own id.
         return record(pk=f"msg#{message_id}", job_id=None)
 
     def _reject(
@@ -948,7 +948,7 @@ class JobGuard:
             Limit=MAX_MISSING_LISTED,
         )
         keys = [
-            {"pk": job_key(str(entry["jobId"]))}
+            {"pk": job_key(tenant_id, str(entry["jobId"]))}
             for entry in map(to_item, response.get("Items", []))
             if entry.get("jobId") and entry.get("jobId") != job_id and entry.get("tenantId") in (None, tenant_id)
         ]
@@ -1063,7 +1063,9 @@ class JobGuard:
         now = self._clock()
         workspace_id = str(workspace["workspaceId"]) if "workspaceId" in workspace else str(workspace["pk"])[3:]
         resume_id = secrets.token_hex(8)
-        pk = halting_job_id if halting_job_id.startswith("msg#") else job_key(halting_job_id)
+        # A workspace's halting jobs are its owner's (a message naming another tenant is recorded for the owner).
+        tenant_id = str(workspace.get("tenantId", ""))
+        pk = halting_job_id if halting_job_id.startswith("msg#") else job_key(tenant_id, halting_job_id)
         raw = self._client.get_item(TableName=self._table, Key=_wire({"pk": pk}), ConsistentRead=True).get("Item")
         job = to_item(raw) if raw else None
         status = (job or {}).get("status")
@@ -1088,7 +1090,7 @@ class JobGuard:
         # Other jobs that halted the workspace while it was halted (first halt wins) are still undecided: the workspace
         # stays HALTED by the next of them, and nothing drains until the operator decided each one.
         undecided = {str(job_id) for job_id in workspace.get("undecidedJobIds") or ()} - {halting_job_id}
-        next_halt = self._next_undecided(undecided) if undecided else None
+        next_halt = self._next_undecided(tenant_id, undecided) if undecided else None
         activate = next_halt is None and count + parked_delta <= 0 and not workspace.get("drainingJobId")
         ws_values: dict[str, Any] = {
             ":halted": str(WorkspaceState.HALTED),
@@ -1225,12 +1227,12 @@ class JobGuard:
             )
         return None
 
-    def _next_undecided(self, job_ids: set[str]) -> tuple[str, str]:
+    def _next_undecided(self, tenant_id: str, job_ids: set[str]) -> tuple[str, str]:
         """The undecided halting job the operator decides next, and its halt reason: the earliest in queue order (its
         record's SequenceNumber; a job without a record last), read consistently from the job records."""
         candidates: list[tuple[tuple[int, str, str], str, str]] = []
         for job_id in job_ids:
-            pk = job_id if job_id.startswith("msg#") else job_key(job_id)
+            pk = job_id if job_id.startswith("msg#") else job_key(tenant_id, job_id)
             raw = self._client.get_item(TableName=self._table, Key=_wire({"pk": pk}), ConsistentRead=True).get("Item")
             job = to_item(raw) if raw else {}
             if job:
@@ -1350,7 +1352,7 @@ class JobGuard:
             for entry in entries:
                 if entry in ahead:
                     continue
-                job = self.get_job(str(entry["jobId"]))
+                job = self.get_job(str(entry.get("tenantId", "")), str(entry["jobId"]))
                 if job and job.get("status") == JobStatus.PARKED and job.get("parkedWorkspace") == workspace_id:
                     ahead.append(job)
             if len(ahead) < expected:
@@ -1371,6 +1373,7 @@ class JobGuard:
         owner = secrets.token_hex(16)
         expires = now + max(remaining_ms, 0)
         job_id = str(job["jobId"])
+        tenant_id = str(job["tenantId"])
         workspace_id = str(job["workspaceId"])
         parked_seq = str(job.get("parkedSeq") or parked_sequence(job.get("sequenceNumber"), now))
         values: dict[str, Any] = {
@@ -1392,7 +1395,7 @@ class JobGuard:
         job_update: TransactWriteItemTypeDef = {
             "Update": {
                 "TableName": self._table,
-                "Key": _wire({"pk": job_key(job_id)}),
+                "Key": _wire({"pk": job_key(tenant_id, job_id)}),
                 "UpdateExpression": (
                     "SET #status = :inflight, attempt = if_not_exists(attempt, :zero) + :one, leaseOwner = :owner,"
                     " leaseExpiresAt = :exp, updatedAt = :now,"
@@ -1587,7 +1590,7 @@ class JobGuard:
         job_update: TransactWriteItemTypeDef = {
             "Update": {
                 "TableName": self._table,
-                "Key": _wire({"pk": job_key(lease.job_id)}),
+                "Key": _wire({"pk": job_key(lease.tenant_id, lease.job_id)}),
                 "UpdateExpression": (
                     "SET #status = :parked, #error = :error, updatedAt = :now, parkedWorkspace = :pws,"
                     f" parkedSeq = :pseq, {_COUNT_FAILURE},"
@@ -1621,8 +1624,10 @@ class JobGuard:
 
     # ---- reads (status API) --------------------------------------------------------------------------------------
 
-    def get_job(self, job_id: str) -> Item | None:
-        response = self._client.get_item(TableName=self._table, Key=_wire({"pk": job_key(job_id)}), ConsistentRead=True)
+    def get_job(self, tenant_id: str, job_id: str) -> Item | None:
+        """The record of `tenant_id`'s job `job_id`, read consistently; None if that tenant has no such job."""
+        key = _wire({"pk": job_key(tenant_id, job_id)})
+        response = self._client.get_item(TableName=self._table, Key=key, ConsistentRead=True)
         raw = response.get("Item")
         return to_item(raw) if raw else None
 
@@ -1820,6 +1825,7 @@ class JobGuard:
     ) -> bool:
         now = self._clock()
         job_id = str(old["jobId"])
+        tenant_id = str(old["tenantId"])
         values: dict[str, Any] = {
             ":dead": str(JobStatus.DEAD),
             ":status": expect_status,
@@ -1842,7 +1848,7 @@ class JobGuard:
         job_update: TransactWriteItemTypeDef = {
             "Update": {
                 "TableName": self._table,
-                "Key": _wire({"pk": job_key(job_id)}),
+                "Key": _wire({"pk": job_key(tenant_id, job_id)}),
                 # A DEAD job halts its workspace until an operator decides: TTL must not collect it.
                 "UpdateExpression": (
                     "SET #status = :dead, #error = :error, updatedAt = :now, finishedAt = :now,"

@@ -21,9 +21,10 @@ def workspace_id_from_group(group_id: str) -> str:
     return group_id.removeprefix(WORKSPACE_GROUP_PREFIX)
 
 
-def deduplication_id(job_id: str, job_type: str) -> str:
-    """sha256(`<jobId>:<type>`) hex: 64 characters, within SQS's 128-character limit."""
-    return hashlib.sha256(f"{job_id}:{job_type}".encode()).hexdigest()
+def deduplication_id(tenant_id: str, job_id: str, job_type: str) -> str:
+    """sha256(`<tenantId>:<jobId>:<type>`) hex: 64 characters, within SQS's 128-character limit. The tenant is part
+    of it because jobIds are the tenant's own names: two tenants' jobs of the same jobId are two jobs."""
+    return hashlib.sha256(f"{tenant_id}:{job_id}:{job_type}".encode()).hexdigest()
 
 
 def drain_deduplication_id(workspace_id: str, resume_id: str, round_number: int) -> str:
@@ -42,8 +43,10 @@ def parked_sequence(sequence_number: str | None, fallback_ms: int) -> str:
     return "~" + str(fallback_ms).rjust(PARKED_SEQUENCE_WIDTH, "0")
 
 
-def job_key(job_id: str) -> str:
-    return f"job#{job_id}"
+def job_key(tenant_id: str, job_id: str) -> str:
+    """A job record's key: `job#<tenantId>#<jobId>`. JobIds are named by each tenant, so the key holds the tenant:
+    one tenant can neither take nor read another's job by naming its jobId. Neither id may hold `#` (ID_PATTERN)."""
+    return f"job#{tenant_id}#{job_id}"
 
 
 def workspace_key(workspace_id: str) -> str:

@@ -42,19 +42,8 @@ class JobConflictError(Exception):
         self.job_id = job_id
 
 
-class WorkspaceForbiddenError(Exception):
-    """The job's workspace is registered to (or halted for) another tenant: nothing was recorded or queued."""
-
-    def __init__(self, workspace_id: str) -> None:
-        super().__init__(
-            f"workspace '{workspace_id}' belongs to another tenant; send jobs only for workspaces your tenant "
-            "registered (PUT /workspaces/{workspaceId}), or use another workspaceId"
-        )
-        self.workspace_id = workspace_id
-
-
 class WorkspaceUnregisteredError(Exception):
-    """No tenant has registered the job's workspace: nothing was recorded or queued."""
+    """The job's tenant has not registered the job's workspace: nothing was recorded or queued."""
 
     def __init__(self, workspace_id: str) -> None:
         super().__init__(
@@ -62,6 +51,12 @@ class WorkspaceUnregisteredError(Exception):
             "(its git remote and branch), then send the job again"
         )
         self.workspace_id = workspace_id
+
+
+class WorkspaceForbiddenError(WorkspaceUnregisteredError):
+    """The job's workspace is registered to (or halted for) another tenant: nothing was recorded or queued. Its
+    message is an unregistered workspace's, word for word, so that a caller cannot tell another tenant's workspace
+    from a name nobody registered; only the logs tell the two apart."""
 
 
 @dataclass(frozen=True)
@@ -134,7 +129,7 @@ def enqueue_job(
         QueueUrl=queue_url,
         MessageBody=body,
         MessageGroupId=workspace_group_id(job.workspace_id),
-        MessageDeduplicationId=deduplication_id(job.job_id, str(job.type)),
+        MessageDeduplicationId=deduplication_id(tenant_id, job.job_id, str(job.type)),
         MessageAttributes={
             "tenantId": {"DataType": "String", "StringValue": tenant_id},
             "type": {"DataType": "String", "StringValue": str(job.type)},
@@ -142,7 +137,7 @@ def enqueue_job(
     )
     message_id = response["MessageId"]
     sequence_number = response.get("SequenceNumber")
-    guard.record_sent(job.job_id, message_id, sequence_number)
+    guard.record_sent(tenant_id, job.job_id, message_id, sequence_number)
     status = str(accepted.item.get("status", JobStatus.QUEUED))
     return EnqueueResult(job.job_id, status, message_id, sequence_number, accepted.outcome is AcceptOutcome.NEW)
 
@@ -163,9 +158,9 @@ class InvalidBatchError(ValueError):
 @dataclass(frozen=True)
 class BatchItemResult:
     """The outcome of one job of a batch. `status_code` is what `POST /jobs` would have answered for the job alone:
-    202 accepted (`created` false: already accepted with the same payload), 409 the jobId is taken by another job,
-    403 the workspace is another tenant's, 404 the workspace is not registered, 413 the job is too large, 503 the
-    queue refused the job's message (its record stays; send the same job again)."""
+    202 accepted (`created` false: already accepted with the same payload), 409 the jobId is taken by another job of
+    the tenant, 404 the workspace is not registered to the tenant (another tenant's is answered the same), 413 the job
+    is too large, 503 the queue refused the job's message (its record stays; send the same job again)."""
 
     job_id: str
     status_code: int
@@ -235,7 +230,7 @@ def enqueue_jobs(
         else:
             results[item.index] = answered
 
-    sent: list[tuple[str, str, str | None]] = []
+    sent: list[tuple[str, str, str, str | None]] = []
     refused_groups: set[str] = set()  # a job of the group was not taken: later ones wait, to keep their order
     for whole_chunk in _send_chunks(to_send):
         chunk = []
@@ -251,7 +246,7 @@ def enqueue_jobs(
                 "Id": f"e{item.index}",
                 "MessageBody": item.body,
                 "MessageGroupId": workspace_group_id(item.job.workspace_id),
-                "MessageDeduplicationId": deduplication_id(item.job.job_id, str(item.job.type)),
+                "MessageDeduplicationId": deduplication_id(tenant_id, item.job.job_id, str(item.job.type)),
                 "MessageAttributes": _message_attributes(tenant_id, str(item.job.type)),
             }
             for item, _ in chunk
@@ -265,7 +260,7 @@ def enqueue_jobs(
             if entry_id in successful:
                 message_id = successful[entry_id]["MessageId"]
                 sequence_number = successful[entry_id].get("SequenceNumber")
-                sent.append((job.job_id, message_id, sequence_number))
+                sent.append((tenant_id, job.job_id, message_id, sequence_number))
                 results[item.index] = BatchItemResult(
                     job.job_id,
                     HTTPStatus.ACCEPTED,
@@ -340,7 +335,7 @@ def _answer_known(job: ApplyPatchJob | RunTestsJob | OpenPrJob, outcome: AcceptR
         return BatchItemResult(job.job_id, HTTPStatus.CONFLICT, message=str(JobConflictError(job.job_id)))
     if outcome.outcome is AcceptOutcome.WORKSPACE_FORBIDDEN:
         forbidden = WorkspaceForbiddenError(job.workspace_id)
-        return BatchItemResult(job.job_id, HTTPStatus.FORBIDDEN, message=str(forbidden))
+        return BatchItemResult(job.job_id, HTTPStatus.NOT_FOUND, message=str(forbidden))
     if outcome.outcome is AcceptOutcome.WORKSPACE_UNREGISTERED:
         unregistered = WorkspaceUnregisteredError(job.workspace_id)
         return BatchItemResult(job.job_id, HTTPStatus.NOT_FOUND, message=str(unregistered))
