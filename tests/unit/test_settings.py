@@ -49,3 +49,13 @@ def test_settings_allow_claims_lost_to_crashes_up_to_the_last_deliveries():
     assert [n for n in range(1, 11) if settings.near_delivery_limit(n)] == [8, 9, 10]
     # a queue that redrives early leaves no claims beyond the failed attempts
     assert Settings(table_name="t", queue_url="q", max_attempts=3, max_receive_count=5).max_claims == 3
+
+
+def test_settings_read_the_git_limits_of_a_job(monkeypatch: pytest.MonkeyPatch):
+    from jobs.limits import GitLimits
+
+    monkeypatch.setenv("MAX_BLOB_BYTES", "2048")
+    monkeypatch.setenv("MAX_FETCH_BYTES", "4096")
+    monkeypatch.setenv("MAX_CHECKOUT_BYTES", "8192")
+    limits = GitLimits.from_settings(Settings(table_name="t", queue_url="q"))
+    assert limits == GitLimits(max_blob_bytes=2048, max_fetch_bytes=4096, max_checkout_bytes=8192)

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from agent_jobs.models import RegisteredWorkspace
     from agent_jobs.workspaces import WorkspaceRegistry
     from jobs.git_workspace import GitRemote, GitWorkspace, GitWorkspaceStore
+    from jobs.limits import GitLimits
 
 REGISTRATION_CACHE_SECONDS = 60
 
@@ -36,8 +37,10 @@ class RegisteredWorkspaceStore:
         tokens: Callable[[str], str] | None = None,
         clock: Callable[[], float] = time.monotonic,
         bounds: TenantBounds | None = None,
+        limits: GitLimits | None = None,
     ) -> None:
         self._registry = registry
+        self._limits = limits
         self.bounds = bounds or TenantBounds()
         self._tokens = tokens or _read_token
         self._clock = clock
@@ -51,7 +54,7 @@ class RegisteredWorkspaceStore:
         if self._git_store is None:
             from jobs.git_workspace import GitWorkspaceStore
 
-            self._git_store = GitWorkspaceStore(self._cache_root, self._remote)
+            self._git_store = GitWorkspaceStore(self._cache_root, self._remote, limits=self._limits)
         return self._git_store
 
     def registration(self, workspace_id: str) -> RegisteredWorkspace:

@@ -17,6 +17,13 @@ LAMBDA_MAX_TIMEOUT_SECONDS: Final = 900
 # A sandbox invocation keeps this much of its own Timeout for unpacking the checkout, killing the tests and cleaning
 # up: the tests themselves get at most its Timeout minus this.
 SANDBOX_HEADROOM_SECONDS: Final = 10
+MIB: Final = 1024 * 1024
+# What one job of a git workspace may bring into the worker (MAX_BLOB_BYTES, MAX_FETCH_BYTES, MAX_CHECKOUT_BYTES):
+# inflating an object takes memory of its size, so the largest object bounds the worker's memory, and the fetch and
+# the checkout bound what a job writes to the worker's ephemeral storage (/tmp).
+DEFAULT_MAX_BLOB_BYTES: Final = 50 * MIB
+DEFAULT_MAX_FETCH_BYTES: Final = 100 * MIB
+DEFAULT_MAX_CHECKOUT_BYTES: Final = 100 * MIB
 
 
 class Settings(BaseSettings):
@@ -66,6 +73,14 @@ class Settings(BaseSettings):
     test_sandbox_function: str | None = None
     # The sandbox function's Timeout (SandboxTimeout): bounds a test run and the worker's wait for its answer.
     test_sandbox_timeout_seconds: int = 90
+
+    # The largest git object (file, folder listing, commit) a fetch may bring, read from the pack's headers before it is
+    # inflated; a larger one ends the job DEAD.
+    max_blob_bytes: Annotated[int, Field(ge=1024)] = DEFAULT_MAX_BLOB_BYTES
+    # The pack bytes one fetch may bring, counted as they arrive: the download stops there and the job ends DEAD.
+    max_fetch_bytes: Annotated[int, Field(ge=1024)] = DEFAULT_MAX_FETCH_BYTES
+    # The bytes a checkout (run_tests' copy of the head for the sandbox) may write.
+    max_checkout_bytes: Annotated[int, Field(ge=1024)] = DEFAULT_MAX_CHECKOUT_BYTES
 
     # The payload bucket's lifecycle expiration (PayloadRetentionDays); None when not set (no check).
     payload_retention_days: Annotated[int, Field(ge=1)] | None = None
