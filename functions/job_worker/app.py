@@ -41,6 +41,8 @@ def worker() -> BatchWorker:
                 bounds=TenantBounds.from_settings(services.settings),
                 # What one job may bring: MAX_BLOB_BYTES, MAX_FETCH_BYTES, MAX_CHECKOUT_BYTES.
                 limits=GitLimits.from_settings(services.settings),
+                # The warm caches in all: WORKSPACE_CACHE_BYTES, or what EPHEMERAL_STORAGE_MB leaves beside a job.
+                cache_budget_bytes=services.settings.cache_budget_bytes,
             ),
             logger=logger,
             metrics=metrics,

@@ -59,3 +59,15 @@ def test_settings_read_the_git_limits_of_a_job(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("MAX_CHECKOUT_BYTES", "8192")
     limits = GitLimits.from_settings(Settings(table_name="t", queue_url="q"))
     assert limits == GitLimits(max_blob_bytes=2048, max_fetch_bytes=4096, max_checkout_bytes=8192)
+
+
+def test_settings_size_the_cache_budget_from_the_ephemeral_storage(monkeypatch: pytest.MonkeyPatch):
+    from agent_jobs.settings import EPHEMERAL_HEADROOM_BYTES, MIB
+
+    default = Settings(table_name="t", queue_url="q")
+    left = 512 * MIB - default.max_fetch_bytes - default.max_checkout_bytes - EPHEMERAL_HEADROOM_BYTES
+    assert default.cache_budget_bytes == left == 248 * MIB
+    monkeypatch.setenv("EPHEMERAL_STORAGE_MB", "1024")
+    assert Settings(table_name="t", queue_url="q").cache_budget_bytes == left + 512 * MIB
+    monkeypatch.setenv("WORKSPACE_CACHE_BYTES", "1000000")
+    assert Settings(table_name="t", queue_url="q").cache_budget_bytes == 1_000_000

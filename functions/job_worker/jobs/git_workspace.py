@@ -21,9 +21,14 @@ holder dies) shared, and a push that finds a ref locked takes it exclusively: a 
 writer and is removed. The workspace's own cache is cleared the same way under its own flock. The branch and the
 test-result refs of a local remote are written by Agent Jobs only.
 
-Each workspace keeps a bare repository at `<cache_root>/<workspaceId>.git` holding the objects of its branch and base
-(cloned on first use, then fetched incrementally: a warm execution environment downloads only new commits). Patches
-are applied to trees in that object store; no working tree is ever written, except by `checkout`.
+Each workspace keeps a bare repository at `<cache_root>/<workspaceId>-<key>.git` holding the objects of its branch and
+base (cloned on first use, then fetched incrementally: a warm execution environment downloads only new commits).
+`<key>` is a digest of the remote's owner (the tenant that registered the workspace) and url: a workspace id
+registered again, by another tenant or for another remote, gets a cache of its own and never reads what the first
+remote left. Patches are applied to trees in that object store; no working tree is ever written, except by
+`checkout`. The caches of one worker stay within a budget (`GitWorkspaceStore.cache_budget_bytes`, the worker's
+WORKSPACE_CACHE_BYTES): after each use, the least recently used caches are removed until the rest fit, except those
+in use, whose flock a removal must take first. A removed cache is cloned again by its next job.
 
 What one job may bring is bounded (`GitLimits`, the worker's MAX_BLOB_BYTES, MAX_FETCH_BYTES and MAX_CHECKOUT_BYTES): a
 fetch counts the pack bytes as they arrive and reads every object's size from its pack header (a delta's from the
@@ -39,6 +44,7 @@ commit whose tree holds `result.json`. A ref is created once and never moved; th
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import re
@@ -105,6 +111,13 @@ class GitRemote:
     branch: str
     base_branch: str = "main"
     credentials: GitCredentials | None = None
+    # The tenant that registered the workspace: caches are kept apart per owner and url.
+    owner: str = ""
+
+    @property
+    def cache_key(self) -> str:
+        """What a cache of this remote is named by, beside the workspace id: its owner and url (never the token)."""
+        return hashlib.sha256(f"{self.owner}\0{self.display_url}".encode()).hexdigest()[:16]
 
     @property
     def display_url(self) -> str:
@@ -139,29 +152,48 @@ class GitWorkspaceStore:
     """Opens the git workspace of a workspace id; `resolve` says which remote and branch that is."""
 
     def __init__(
-        self, cache_root: Path, resolve: Callable[[str], GitRemote], *, limits: GitLimits | None = None
+        self,
+        cache_root: Path,
+        resolve: Callable[[str], GitRemote],
+        *,
+        limits: GitLimits | None = None,
+        cache_budget_bytes: int | None = None,
     ) -> None:
         self.cache_root = Path(cache_root)
         self._resolve = resolve
         self.limits = limits or GitLimits()
+        # The caches under cache_root in all (None: unbounded); see `evict_caches`.
+        self.cache_budget_bytes = cache_budget_bytes
 
     def open(self, workspace_id: str) -> GitWorkspace:
         if not re.match(ID_PATTERN, workspace_id):
             raise ValueError(f"not a workspace id: {workspace_id!r}")
-        cache_path = self.cache_root / f"{workspace_id}.git"
-        return GitWorkspace(workspace_id, self._resolve(workspace_id), cache_path, limits=self.limits)
+        remote = self._resolve(workspace_id)
+        cache_path = self.cache_root / f"{workspace_id}-{remote.cache_key}.git"
+        return GitWorkspace(workspace_id, remote, cache_path, limits=self.limits, after_use=self._after_use)
+
+    def _after_use(self) -> None:
+        if self.cache_budget_bytes is not None:
+            evict_caches(self.cache_root, self.cache_budget_bytes)
 
 
 class GitWorkspace:
     """One workspace: a branch of a git remote, with a warm bare cache of its objects (see the module docstring)."""
 
     def __init__(
-        self, workspace_id: str, remote: GitRemote, cache_path: Path, *, limits: GitLimits | None = None
+        self,
+        workspace_id: str,
+        remote: GitRemote,
+        cache_path: Path,
+        *,
+        limits: GitLimits | None = None,
+        after_use: Callable[[], None] | None = None,
     ) -> None:
         self.workspace_id = workspace_id
         self.remote = remote
         self.cache_path = cache_path
         self.limits = limits or GitLimits()
+        self._after_use = after_use
         self._branch = Ref(b"refs/heads/" + remote.branch.encode())
         self._base = Ref(b"refs/heads/" + remote.base_branch.encode())
         credentials = remote.credentials
@@ -296,11 +328,16 @@ class GitWorkspace:
     def _cache(self) -> Iterator[Repo]:
         """The workspace's bare cache repository, created on first use; one user at a time per machine."""
         self.cache_path.parent.mkdir(parents=True, exist_ok=True)
-        with Path(f"{self.cache_path}.lock").open("a") as lock:
+        lock_path = Path(f"{self.cache_path}.lock")
+        with lock_path.open("a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             try:
+                os.utime(lock_path)  # its last use, which orders the caches for eviction
                 if not (self.cache_path / "HEAD").exists():
-                    # Created aside and renamed, so a crash never leaves half a repository where the cache belongs.
+                    # Created aside and renamed, so a crash never leaves half a repository where the cache belongs;
+                    # what such a crash left aside is removed here, under the lock its creator held.
+                    for stale in self.cache_path.parent.glob(f".{self.cache_path.name}-*"):
+                        shutil.rmtree(stale, ignore_errors=True)
                     staging = Path(tempfile.mkdtemp(prefix=f".{self.cache_path.name}-", dir=self.cache_path.parent))
                     Repo.init_bare(staging).close()
                     shutil.rmtree(self.cache_path, ignore_errors=True)
@@ -310,6 +347,8 @@ class GitWorkspace:
                     yield repo
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
+        if self._after_use is not None:
+            self._after_use()
 
     def _clear_stale_ref_locks(self) -> None:
         """Remove the `.lock` files of the cache's refs. A process killed while it updated a ref of the cache (an
@@ -471,6 +510,50 @@ class GitWorkspace:
                 message=entry.commit.message.decode("utf-8", errors="replace"),
                 patch="",  # git keeps the trees, not the patch text; `git diff <parent> <sha>` shows the change
             )
+
+
+def evict_caches(cache_root: Path, budget_bytes: int) -> list[Path]:
+    """Remove the least recently used caches under `cache_root` until the rest take at most `budget_bytes`; returns
+    the removed ones. A cache in use (its flock held) is never removed: it is skipped, and counts against the budget.
+
+    A cache's last use is its lock file's modification time (`GitWorkspace._cache` touches it). The lock files stay:
+    removing one would let two users lock two different files of the same name."""
+    caches: list[tuple[float, Path, int]] = []
+    for path in cache_root.glob("*.git"):
+        lock_path = Path(f"{path}.lock")
+        try:
+            last_use = lock_path.stat().st_mtime if lock_path.exists() else 0.0
+        except OSError:
+            continue
+        caches.append((last_use, path, _folder_bytes(path)))
+    total = sum(size for _, _, size in caches)
+    removed: list[Path] = []
+    for _, path, size in sorted(caches):
+        if total <= budget_bytes:
+            break
+        with Path(f"{path}.lock").open("a") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue  # a job is using it this very moment
+            try:
+                shutil.rmtree(path, ignore_errors=True)
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+        total -= size
+        removed.append(path)
+    return removed
+
+
+def _folder_bytes(folder: Path) -> int:
+    total = 0
+    for parent, _, files in os.walk(folder):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(parent, name)).st_size
+            except OSError:
+                continue  # removed meanwhile
+    return total
 
 
 def job_id_of(message: bytes) -> str | None:
