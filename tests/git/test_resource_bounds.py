@@ -221,3 +221,72 @@ def test_objects_within_the_limits_are_fetched_from_a_local_remote(
     )
     with pytest.raises(PermanentJobError, match="65537-byte git object"):
         tight.open("ws-2").head()
+
+
+# Runs in a child process: THREADS jobs at once, as the worker runs the message groups of a batch, each reading the
+# head of its own workspace and checking it out; every workspace's remote holds one large file within MAX_BLOB_BYTES.
+CONCURRENT_CHILD = textwrap.dedent(
+    """
+    import json, sys, threading, time
+    from pathlib import Path
+    from jobs import git_workspace
+    from jobs.git_workspace import GitRemote, GitWorkspaceStore
+
+    root, threads = Path(sys.argv[1]), int(sys.argv[2])
+    if sys.argv[3] == "unserialized":
+        git_workspace.LARGE_OBJECT_BYTES = 1 << 62
+    store = GitWorkspaceStore(root / "caches", lambda ws: GitRemote(str(root / f"{ws}.git"), f"agent/{ws}", "main"))
+    start = threading.Barrier(threads)
+    errors = []
+
+    def job(n):
+        try:
+            workspace = store.open(f"ws-{n}")
+            start.wait()
+            workspace.checkout(workspace.head(), root / f"checkout-{n}")
+        except Exception as error:
+            errors.append(repr(error))
+
+    started = time.monotonic()
+    running = [threading.Thread(target=job, args=(n,)) for n in range(threads)]
+    for thread in running:
+        thread.start()
+    for thread in running:
+        thread.join()
+    status = Path("/proc/self/status").read_text()
+    peak = int(next(l for l in status.splitlines() if l.startswith("VmHWM:")).split()[1]) / 1024
+    print(json.dumps({"errors": errors, "peak_mb": peak, "seconds": round(time.monotonic() - started, 3)}))
+    """
+)
+CONCURRENT_JOBS = 4
+LARGE_FILE_BYTES = 40 * MIB
+
+
+def test_jobs_running_at_once_take_turns_with_large_objects(tmp_path: Path) -> None:
+    # Given 4 workspaces, each a remote of one 40 MiB file (within MAX_BLOB_BYTES)
+    for n in range(CONCURRENT_JOBS):
+        zero_bomb_remote(tmp_path / f"ws-{n}.git", LARGE_FILE_BYTES)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, PYTHONPATH))}
+
+    # When one worker runs a job of each at once (fetch and checkout)
+    done = subprocess.run(
+        [sys.executable, "-c", CONCURRENT_CHILD, str(tmp_path), str(CONCURRENT_JOBS), "serialized"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=240,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    print(
+        f"\n{CONCURRENT_JOBS} jobs at once, each fetching and checking out a {LARGE_FILE_BYTES // MIB} MiB file:"
+        f" peak RSS {report['peak_mb']:.1f} MB in {report['seconds']} s"
+    )
+
+    # Then all succeed, and the worker's memory holds about one large object's copies, not one per job
+    assert report["errors"] == []
+    for n in range(CONCURRENT_JOBS):
+        assert (tmp_path / f"checkout-{n}" / "zeros.bin").stat().st_size == LARGE_FILE_BYTES
+    assert report["peak_mb"] < PEAK_BOUND_MB

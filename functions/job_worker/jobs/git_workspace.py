@@ -35,7 +35,8 @@ fetch counts the pack bytes as they arrive and reads every object's size from it
 delta's own header) before the object is inflated, so a small pack of a huge zero-filled file is refused after a few
 bytes of it, in bounded memory. A remote on this machine's file system is read through a store that checks each
 object's stored size the same way before the sending side inflates it. Going over a limit is a PermanentJobError
-naming the setting to raise: the remote is the same on every retry.
+naming the setting to raise: the remote is the same on every retry. The jobs a worker runs at once take turns with
+objects above LARGE_OBJECT_BYTES, so its memory holds one such object at a time, not one per job.
 
 Test results live in the remote too, so any worker finds them: `refs/agent-jobs/tests/<jobId>/<commit>` points at a
 commit whose tree holds `result.json`. A ref is created once and never moved; the first stored result wins.
@@ -51,6 +52,7 @@ import re
 import shutil
 import stat
 import tempfile
+import threading
 import time
 import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence, Set
@@ -90,6 +92,12 @@ STALE_REF_LOCK_WAIT_SECONDS = 5.0
 
 # A fetch inflates an object this many bytes at a time while it looks for the object's end in the pack.
 _INFLATE_STEP = 64 * 1024
+# The worker runs jobs of several workspaces at once (GROUP_CONCURRENCY threads). Objects above this size are handled
+# by one of them at a time: whoever meets one waits for the process's turn (`_inflating`), and holds it until its use
+# of the cache ends. So the worker's memory holds one large object's few copies, not one per thread.
+LARGE_OBJECT_BYTES = 1024 * 1024
+_LARGE_OBJECT_TURN = threading.RLock()
+_large_object_turn = threading.local()
 _IDENTITY = re.compile(r"^[^<>\n]+ <[^<>\n]+>$")
 _SHA = re.compile(r"^[0-9a-f]{40}$")
 _TRAILER = re.compile(rb"^" + re.escape(JOB_TRAILER.encode()) + rb":[ \t]*(\S+)[ \t]*$", re.MULTILINE)
@@ -343,7 +351,7 @@ class GitWorkspace:
                     shutil.rmtree(self.cache_path, ignore_errors=True)
                     staging.rename(self.cache_path)
                 self._clear_stale_ref_locks()
-                with closing(Repo(str(self.cache_path))) as repo:
+                with closing(Repo(str(self.cache_path))) as repo, _large_object_scope():
                     yield repo
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
@@ -614,6 +622,7 @@ def _patched_tree(store: BaseObjectStore, tree: ObjectID | None, patch: str) -> 
         mode, sha = found
         if stat.S_ISDIR(mode) or S_ISGITLINK(mode):
             raise PatchDoesNotApplyError(path, None, "is a folder or a submodule in the workspace, not a file")
+        _inflating(_cached_size(store, sha))
         blob = store[sha]
         assert isinstance(blob, Blob)
         return blob.data
@@ -746,6 +755,7 @@ def _write_tree_to_folder(store: BaseObjectStore, tree_id: ObjectID, folder: Pat
         elif S_ISGITLINK(item.mode):
             target.mkdir()  # a submodule: an empty folder, as a clone without --recurse-submodules leaves it
         else:
+            _inflating(_cached_size(store, item.sha))
             blob: ShaFile = store[item.sha]
             assert isinstance(blob, Blob)
             budget.spend(len(blob.data))
@@ -755,6 +765,26 @@ def _write_tree_to_folder(store: BaseObjectStore, tree_id: ObjectID, folder: Pat
                 target.write_bytes(blob.data)
                 if item.mode & 0o111:
                     target.chmod(0o755)
+
+
+@contextmanager
+def _large_object_scope() -> Iterator[None]:
+    """One use of a cache: the process's turn for large objects, if `_inflating` took it, is released at its end."""
+    outer = getattr(_large_object_turn, "held", None)
+    _large_object_turn.held = False
+    try:
+        yield
+    finally:
+        if _large_object_turn.held:
+            _LARGE_OBJECT_TURN.release()
+        _large_object_turn.held = outer
+
+
+def _inflating(size: int) -> None:
+    """Before an object of `size` bytes is inflated: above LARGE_OBJECT_BYTES, wait for the process's turn."""
+    if size > LARGE_OBJECT_BYTES and getattr(_large_object_turn, "held", None) is False:
+        _LARGE_OBJECT_TURN.acquire()
+        _large_object_turn.held = True
 
 
 def _varint(data: bytes | bytearray, start: int) -> tuple[int, int] | None:
@@ -865,6 +895,7 @@ class _PackGuard:
             end += self._HASH_SIZE
         if size > self._limits.max_blob_bytes:
             raise self._limits.object_too_large(self._source, size)
+        _inflating(size)
         del pending[:end]
         self._objects_left = (self._objects_left or 0) - 1
         self._inflater = zlib.decompressobj()
@@ -890,6 +921,7 @@ class _PackGuard:
                 if result is not None:
                     if result > self._limits.max_blob_bytes:
                         raise self._limits.object_too_large(self._source, result)
+                    _inflating(result)
                     self._delta_head = None
                 elif len(self._delta_head) >= 20:
                     raise self._invalid("a delta header too long")
@@ -928,6 +960,11 @@ def _stored_size(store: DiskObjectStore, sha: ObjectID) -> int | None:
         return None
     with loose.open("rb") as file:
         return _inflated_head_size(file, _loose_object_size)
+
+
+def _cached_size(store: BaseObjectStore, sha: ObjectID) -> int:
+    """The size of object `sha` of a cache, without inflating it (0 when unknown: not a disk store, or missing)."""
+    return (_stored_size(store, sha) or 0) if isinstance(store, DiskObjectStore) else 0
 
 
 def _loose_object_size(head: bytes | bytearray) -> int | None:
@@ -971,6 +1008,7 @@ class _SizeCheckedObjects:
             ) from error
         if size is not None and size > self._limits.max_blob_bytes:
             raise self._limits.object_too_large(self._source, size)
+        _inflating(size or 0)
 
     def __getitem__(self, sha: ObjectID) -> ShaFile:
         self._check(sha)
