@@ -290,3 +290,28 @@ def test_jobs_running_at_once_take_turns_with_large_objects(tmp_path: Path) -> N
     for n in range(CONCURRENT_JOBS):
         assert (tmp_path / f"checkout-{n}" / "zeros.bin").stat().st_size == LARGE_FILE_BYTES
     assert report["peak_mb"] < PEAK_BOUND_MB
+
+
+def test_a_pack_of_deltas_within_the_limits_is_received_whole(tmp_path: Path, make_remote: Callable[..., Path]) -> None:
+    # Given a network remote whose pack holds deltas (two versions of a file), within every limit
+    from dulwich.pack import DELTA_TYPES, PackData, write_pack_objects
+    from dulwich.repo import Repo
+
+    remote = make_remote()
+    text = b"".join(b"line %d of a file that changes a little\n" % n for n in range(2000))
+    first = commit_files(remote, BASE_BRANCH, {**SEED_FILES, "big.txt": text}, "one\n")
+    commit_files(remote, BASE_BRANCH, {**SEED_FILES, "big.txt": text + b"one more\n"}, "two\n", parents=[first])
+    pack = tmp_path / "deltas.pack"
+    with Repo(str(remote)) as repo, pack.open("wb") as out:
+        objects = [repo.object_store[sha] for sha in repo.object_store]
+        write_pack_objects(out, objects, object_format=DEFAULT_OBJECT_FORMAT, deltify=True)
+    with PackData(str(pack), object_format=DEFAULT_OBJECT_FORMAT) as data:
+        assert any(entry.pack_type_num in DELTA_TYPES for entry in data.iter_unpacked())
+    limits = GitLimits(max_blob_bytes=len(text) + 64, max_fetch_bytes=pack.stat().st_size)
+    workspace, streamed = streamed_workspace(tmp_path, remote, pack, limits)
+
+    # When a job reads the head, Then the whole pack is received and the branch's files are there
+    head = workspace.head()
+    assert streamed.sent == pack.stat().st_size
+    workspace.checkout(head, tmp_path / "checkout")
+    assert (tmp_path / "checkout" / "big.txt").read_bytes() == text + b"one more\n"
