@@ -65,8 +65,9 @@ def test_settings_size_the_cache_budget_from_the_ephemeral_storage(monkeypatch: 
     from agent_jobs.settings import EPHEMERAL_HEADROOM_BYTES, MIB
 
     default = Settings(table_name="t", queue_url="q")
-    left = 512 * MIB - default.max_fetch_bytes - default.max_checkout_bytes - EPHEMERAL_HEADROOM_BYTES
-    assert default.cache_budget_bytes == left == 248 * MIB
+    # a fetch lands twice: the pack as received, then its copy in the cache
+    left = 512 * MIB - 2 * default.max_fetch_bytes - default.max_checkout_bytes - EPHEMERAL_HEADROOM_BYTES
+    assert default.cache_budget_bytes == left == 148 * MIB
     monkeypatch.setenv("EPHEMERAL_STORAGE_MB", "1024")
     assert Settings(table_name="t", queue_url="q").cache_budget_bytes == left + 512 * MIB
     monkeypatch.setenv("WORKSPACE_CACHE_BYTES", "1000000")

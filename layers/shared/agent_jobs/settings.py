@@ -26,8 +26,7 @@ DEFAULT_MAX_FETCH_BYTES: Final = 100 * MIB
 DEFAULT_MAX_CHECKOUT_BYTES: Final = 100 * MIB
 # The worker's ephemeral storage (/tmp, the template's WorkerEphemeralStorage) when EPHEMERAL_STORAGE_MB is unset.
 DEFAULT_EPHEMERAL_STORAGE_MB: Final = 512
-# What the warm caches leave free of the ephemeral storage beyond one fetch and one checkout (dulwich's temporary
-# pack files, the runtime's own files).
+# What the warm caches leave free of the ephemeral storage beyond one fetch and one checkout (the runtime's own files).
 EPHEMERAL_HEADROOM_BYTES: Final = 64 * MIB
 
 
@@ -89,7 +88,8 @@ class Settings(BaseSettings):
     # The worker's ephemeral storage in MB (WorkerEphemeralStorage): sizes the default WORKSPACE_CACHE_BYTES.
     ephemeral_storage_mb: Annotated[int, Field(ge=512, le=10_240)] = DEFAULT_EPHEMERAL_STORAGE_MB
     # The warm git caches of one worker in all; least recently used caches are removed beyond it. None: the ephemeral
-    # storage less one fetch, one checkout and EPHEMERAL_HEADROOM_BYTES (`cache_budget_bytes`).
+    # storage less one fetch (twice: the received pack, then its copy into the cache), one checkout and
+    # EPHEMERAL_HEADROOM_BYTES (`cache_budget_bytes`).
     workspace_cache_bytes: Annotated[int, Field(ge=0)] | None = None
 
     # The payload bucket's lifecycle expiration (PayloadRetentionDays); None when not set (no check).
@@ -109,10 +109,11 @@ class Settings(BaseSettings):
 
     @property
     def cache_budget_bytes(self) -> int:
-        """WORKSPACE_CACHE_BYTES, or what the ephemeral storage leaves beside one fetch and one checkout."""
+        """WORKSPACE_CACHE_BYTES, or what the ephemeral storage leaves beside one fetch and one checkout. A fetch
+        takes twice its bytes while it lands: the pack as received, and its copy into the cache as it is indexed."""
         if self.workspace_cache_bytes is not None:
             return self.workspace_cache_bytes
-        room = self.ephemeral_storage_mb * MIB - self.max_fetch_bytes - self.max_checkout_bytes
+        room = self.ephemeral_storage_mb * MIB - 2 * self.max_fetch_bytes - self.max_checkout_bytes
         return max(0, room - EPHEMERAL_HEADROOM_BYTES)
 
     def near_delivery_limit(self, receive_count: int) -> bool:
