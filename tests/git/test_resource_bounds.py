@@ -315,3 +315,27 @@ def test_a_pack_of_deltas_within_the_limits_is_received_whole(tmp_path: Path, ma
     assert streamed.sent == pack.stat().st_size
     workspace.checkout(head, tmp_path / "checkout")
     assert (tmp_path / "checkout" / "big.txt").read_bytes() == text + b"one more\n"
+
+
+def test_a_zero_bomb_behind_a_local_remotes_alternates_is_refused_in_bounded_memory(
+    tmp_path: Path, make_remote: Callable[..., Path]
+) -> None:
+    # Given a local remote that holds no objects of its own but borrows them from another (objects/info/alternates),
+    # whose branch holds a 200 MiB file of zeros
+    from dulwich.repo import Repo
+
+    bomb = zero_bomb_remote(tmp_path / "bomb.git", BOMB_BYTES)
+    borrower = tmp_path / "borrower.git"
+    Repo.init_bare(str(borrower), mkdir=True, default_branch=BASE_BRANCH.encode()).close()
+    (borrower / "objects" / "info" / "alternates").write_text(f"{bomb / 'objects'}\n")
+    (borrower / "refs" / "heads" / BASE_BRANCH).write_text((bomb / "refs" / "heads" / BASE_BRANCH).read_text())
+
+    # When a worker runs a job of its workspace, then one of another workspace
+    report = run_child(borrower, make_remote("other"), tmp_path / "caches", "local")
+    print(f"\nalternates: peak RSS {report['peak_mb']:.1f} MB, the bomb's job took {report['seconds']} s")
+
+    # Then the bomb is refused before the sending side inflates it, and the other job succeeds
+    assert report["bomb"].startswith("PermanentJobError: ")
+    assert "MAX_BLOB_BYTES" in report["bomb"]
+    assert report["peak_mb"] < PEAK_BOUND_MB
+    assert report["other"]["alreadyApplied"] is False

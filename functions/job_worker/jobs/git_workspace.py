@@ -90,6 +90,8 @@ LOCAL_PUSH_TURN = "agent-jobs-push.flock"
 # How long a push waits for the live pushes of a local remote to end before it takes a ref's lock file for a live one.
 STALE_REF_LOCK_WAIT_SECONDS = 5.0
 
+# How deep a local remote's alternates (objects/info/alternates) are followed to read an object's size.
+_MAX_ALTERNATES_DEPTH = 5
 # A fetch inflates an object this many bytes at a time while it looks for the object's end in the pack.
 _INFLATE_STEP = 64 * 1024
 # The worker runs jobs of several workspaces at once (GROUP_CONCURRENCY threads). Objects above this size are handled
@@ -932,9 +934,10 @@ class _PackGuard:
                 return b""
 
 
-def _stored_size(store: DiskObjectStore, sha: ObjectID) -> int | None:
-    """The inflated size of object `sha` in `store` (for a delta, the larger of the delta and the object it makes),
-    read from headers and a delta's first bytes, never by inflating the object; None when the store lacks it."""
+def _stored_size(store: DiskObjectStore, sha: ObjectID, *, depth: int = 0) -> int | None:
+    """The inflated size of object `sha` in `store` or its alternates (for a delta, the larger of the delta and the
+    object it makes), read from headers and a delta's first bytes, never by inflating the object; None when the store
+    lacks it."""
     for pack in store.packs:
         try:
             offset = pack.index.object_offset(sha)
@@ -956,10 +959,16 @@ def _stored_size(store: DiskObjectStore, sha: ObjectID) -> int | None:
             return max(size, _inflated_head_size(file, _delta_result_size))
     hexsha = sha.decode("ascii")
     loose = Path(store.path) / hexsha[:2] / hexsha[2:]
-    if not loose.is_file():
-        return None
-    with loose.open("rb") as file:
-        return _inflated_head_size(file, _loose_object_size)
+    if loose.is_file():
+        with loose.open("rb") as file:
+            return _inflated_head_size(file, _loose_object_size)
+    if depth < _MAX_ALTERNATES_DEPTH:
+        for alternate in store.alternates:
+            if isinstance(alternate, DiskObjectStore):
+                borrowed = _stored_size(alternate, sha, depth=depth + 1)
+                if borrowed is not None:
+                    return borrowed
+    return None
 
 
 def _cached_size(store: BaseObjectStore, sha: ObjectID) -> int:
@@ -1006,6 +1015,11 @@ class _SizeCheckedObjects:
             raise PermanentJobError(
                 f"{self._source} holds an object {sha.decode()} that cannot be read: {error}"
             ) from error
+        if size is None and sha in self._store:
+            raise PermanentJobError(
+                f"{self._source} holds an object {sha.decode()} whose size cannot be read without inflating it"
+                f" (more than {_MAX_ALTERNATES_DEPTH} alternates deep?); repack the remote"
+            )
         if size is not None and size > self._limits.max_blob_bytes:
             raise self._limits.object_too_large(self._source, size)
         _inflating(size or 0)
