@@ -23,7 +23,7 @@ from dulwich.pack import REF_DELTA, pack_object_header
 from jobs import apply_patch
 from jobs.context import JobContext
 from jobs.errors import PermanentJobError
-from jobs.git_workspace import GitRemote, GitWorkspace, GitWorkspaceStore
+from jobs.git_workspace import CHECKOUT_ENTRY_BYTES, GitRemote, GitWorkspace, GitWorkspaceStore
 from jobs.limits import GitLimits
 from tests.git.bombs import MIB, NEW_FILE, StreamedRemote, bomb_pack, zero_bomb_remote
 from tests.git.conftest import BASE_BRANCH, SEED_FILES, apply_patch_job, commit_files
@@ -180,7 +180,9 @@ def test_an_object_inflating_past_its_header_is_refused(tmp_path: Path, make_rem
 
 
 def test_a_checkout_stops_at_max_checkout_bytes(remote: Path, tmp_path: Path) -> None:
-    limit = sum(len(content) for content in SEED_FILES.values()) - 1
+    folders = {path.rsplit("/", 1)[0] for path in SEED_FILES if "/" in path}
+    entries = len(SEED_FILES) + len(folders)
+    limit = sum(len(content) for content in SEED_FILES.values()) + entries * CHECKOUT_ENTRY_BYTES - 1
     store = GitWorkspaceStore(
         tmp_path / "caches",
         lambda ws: GitRemote(str(remote), f"agent/{ws}", BASE_BRANCH),
@@ -339,3 +341,21 @@ def test_a_zero_bomb_behind_a_local_remotes_alternates_is_refused_in_bounded_mem
     assert "MAX_BLOB_BYTES" in report["bomb"]
     assert report["peak_mb"] < PEAK_BOUND_MB
     assert report["other"]["alreadyApplied"] is False
+
+
+def test_a_checkout_of_countless_empty_files_stops_at_max_checkout_bytes(
+    tmp_path: Path, make_remote: Callable[..., Path]
+) -> None:
+    # Given a branch of 2000 empty files: no content, but 2000 files to write
+    remote = make_remote("empty-files", empty=True)
+    commit_files(remote, BASE_BRANCH, {f"f/{n}": b"" for n in range(2000)}, "many\n")
+    store = GitWorkspaceStore(
+        tmp_path / "caches",
+        lambda ws: GitRemote(str(remote), f"agent/{ws}", BASE_BRANCH),
+        limits=GitLimits(max_checkout_bytes=100 * 1024),
+    )
+    workspace = store.open("ws-1")
+
+    with pytest.raises(PermanentJobError, match="MAX_CHECKOUT_BYTES"):
+        workspace.checkout(workspace.head(), tmp_path / "checkout")
+    assert len(list((tmp_path / "checkout" / "f").iterdir())) < 100 * 1024 // CHECKOUT_ENTRY_BYTES

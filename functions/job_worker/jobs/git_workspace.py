@@ -90,6 +90,8 @@ LOCAL_PUSH_TURN = "agent-jobs-push.flock"
 # How long a push waits for the live pushes of a local remote to end before it takes a ref's lock file for a live one.
 STALE_REF_LOCK_WAIT_SECONDS = 5.0
 
+# What each file, folder or link of a checkout counts against MAX_CHECKOUT_BYTES beside its content.
+CHECKOUT_ENTRY_BYTES = 512
 # How deep a local remote's alternates (objects/info/alternates) are followed to read an object's size.
 _MAX_ALTERNATES_DEPTH = 5
 # A fetch inflates an object this many bytes at a time while it looks for the object's end in the pack.
@@ -727,7 +729,9 @@ class _Folder:
 
 
 class _CheckoutBudget:
-    """The bytes a checkout may still write (MAX_CHECKOUT_BYTES)."""
+    """The bytes a checkout may still write (MAX_CHECKOUT_BYTES). Every file, folder or link counts CHECKOUT_ENTRY_BYTES
+    on top of its content: a tree of countless empty files (or of folders repeating one another, which git stores once)
+    takes disk space and time too."""
 
     def __init__(self, limit: int, sha: str) -> None:
         self.limit = limit
@@ -751,6 +755,7 @@ def _write_tree_to_folder(store: BaseObjectStore, tree_id: ObjectID, folder: Pat
         if name in ("", ".", "..") or name.lower() == ".git" or "/" in name or "\0" in name:
             raise ValueError(f"refusing to write the tree entry {name!r} of {tree_id.decode()}")
         target = folder / name
+        budget.spend(CHECKOUT_ENTRY_BYTES)
         if stat.S_ISDIR(item.mode):
             target.mkdir()
             _write_tree_to_folder(store, item.sha, target, budget)
