@@ -10,6 +10,7 @@ from aws_lambda_powertools import Logger, Metrics, Tracer
 from agent_jobs.services import build_services
 from agent_jobs.tenancy import TenantBounds
 from agent_jobs.workspaces import WorkspaceRegistry
+from jobs.limits import GitLimits
 from jobs.registered import RegisteredWorkspaceStore
 from processing import BatchWorker
 
@@ -38,6 +39,10 @@ def worker() -> BatchWorker:
                 Path(services.settings.workspaces_root),
                 # Tokens, file-system remotes and hosts only within the workspace owner's bounds.
                 bounds=TenantBounds.from_settings(services.settings),
+                # What one job may bring: MAX_BLOB_BYTES, MAX_FETCH_BYTES, MAX_CHECKOUT_BYTES.
+                limits=GitLimits.from_settings(services.settings),
+                # The warm caches in all: WORKSPACE_CACHE_BYTES, or what EPHEMERAL_STORAGE_MB leaves beside a job.
+                cache_budget_bytes=services.settings.cache_budget_bytes,
             ),
             logger=logger,
             metrics=metrics,

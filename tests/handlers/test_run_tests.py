@@ -5,12 +5,14 @@ in this process behind a fake Lambda client."""
 from __future__ import annotations
 
 import base64
+import fcntl
 import io
 import json
 import os
 import stat
 import sys
 import tarfile
+import tempfile
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator
@@ -34,6 +36,7 @@ from jobs.context import JobContext
 from jobs.errors import PermanentJobError, RetryableJobError
 from jobs.git_workspace import GitRemote, GitWorkspace, GitWorkspaceStore
 from jobs.sandbox import SANDBOX_PREFIX, TestSandbox, pack_checkout, test_timeout_seconds
+from jobs.scratch import IN_USE, SCRATCH_PREFIX
 from sandbox_archive import ArchiveLimits, extract_archive
 from tests.git.conftest import BASE_BRANCH, SEED_FILES, commit_files
 
@@ -443,3 +446,52 @@ def test_sandbox_client_is_built_once_on_first_use():
     assert (sandbox.function_name, sandbox.timeout_seconds) == ("fn", 90)
     without = build_services(Settings(table_name="t", queue_url="q"), boto3.Session(region_name="us-east-1"))
     assert TestSandbox.from_services(without) is None
+
+
+@pytest.fixture
+def worker_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The worker's /tmp: where tempfile puts what a job writes outside its workspace's cache."""
+    folder = tmp_path / "worker-tmp"
+    folder.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    return folder
+
+
+def test_run_tests_leaves_nothing_in_tmp_whether_it_succeeds_or_fails(
+    workspace: GitWorkspace, s3: Any, worker_tmp: Path
+):
+    seen: list[list[str]] = []
+
+    def answer(event: dict[str, Any]) -> Any:
+        seen.append(sorted(path.name for path in worker_tmp.iterdir()))  # packed and removed before the sandbox runs
+        return real_sandbox(s3)(event)
+
+    run_tests.run(TESTS_JOB, job_context(workspace, sandbox_for(FakeLambda(answer), s3)))
+    assert seen == [[]]
+    assert list(worker_tmp.iterdir()) == []
+
+    failing = RunTestsJob.model_validate({"jobId": "tests-2", "workspaceId": "ws-1", "type": "run_tests"})
+    with pytest.raises(RetryableJobError):
+        run_tests.run(failing, job_context(workspace, sandbox_for(FakeLambda(answer, function_error="Unhandled"), s3)))
+    assert list(worker_tmp.iterdir()) == []
+
+
+def test_run_tests_removes_what_a_killed_job_left_in_tmp_but_not_a_live_jobs(
+    workspace: GitWorkspace, s3: Any, worker_tmp: Path
+):
+    # Given the checkout of a job whose process was killed mid-run (its lock died with it), and one of a live job
+    abandoned = worker_tmp / f"{SCRATCH_PREFIX}killed"
+    (abandoned / "work").mkdir(parents=True)
+    (abandoned / IN_USE).touch()
+    (abandoned / "work" / "big.bin").write_bytes(bytes(1024 * 1024))
+    live = worker_tmp / f"{SCRATCH_PREFIX}live"
+    live.mkdir()
+    with (live / IN_USE).open("a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+
+        # When a run_tests job runs
+        result = run_tests.run(TESTS_JOB, job_context(workspace, sandbox_for(FakeLambda(real_sandbox(s3)), s3)))
+
+        # Then the abandoned checkout is gone, the live one stays
+        assert result["outcome"] == "passed"
+        assert sorted(path.name for path in worker_tmp.iterdir()) == [live.name]

@@ -49,3 +49,26 @@ def test_settings_allow_claims_lost_to_crashes_up_to_the_last_deliveries():
     assert [n for n in range(1, 11) if settings.near_delivery_limit(n)] == [8, 9, 10]
     # a queue that redrives early leaves no claims beyond the failed attempts
     assert Settings(table_name="t", queue_url="q", max_attempts=3, max_receive_count=5).max_claims == 3
+
+
+def test_settings_read_the_git_limits_of_a_job(monkeypatch: pytest.MonkeyPatch):
+    from jobs.limits import GitLimits
+
+    monkeypatch.setenv("MAX_BLOB_BYTES", "2048")
+    monkeypatch.setenv("MAX_FETCH_BYTES", "4096")
+    monkeypatch.setenv("MAX_CHECKOUT_BYTES", "8192")
+    limits = GitLimits.from_settings(Settings(table_name="t", queue_url="q"))
+    assert limits == GitLimits(max_blob_bytes=2048, max_fetch_bytes=4096, max_checkout_bytes=8192)
+
+
+def test_settings_size_the_cache_budget_from_the_ephemeral_storage(monkeypatch: pytest.MonkeyPatch):
+    from agent_jobs.settings import EPHEMERAL_HEADROOM_BYTES, MIB
+
+    default = Settings(table_name="t", queue_url="q")
+    # a fetch lands twice: the pack as received, then its copy in the cache
+    left = 512 * MIB - 2 * default.max_fetch_bytes - default.max_checkout_bytes - EPHEMERAL_HEADROOM_BYTES
+    assert default.cache_budget_bytes == left == 148 * MIB
+    monkeypatch.setenv("EPHEMERAL_STORAGE_MB", "1024")
+    assert Settings(table_name="t", queue_url="q").cache_budget_bytes == left + 512 * MIB
+    monkeypatch.setenv("WORKSPACE_CACHE_BYTES", "1000000")
+    assert Settings(table_name="t", queue_url="q").cache_budget_bytes == 1_000_000

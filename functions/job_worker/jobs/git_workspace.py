@@ -21,9 +21,22 @@ holder dies) shared, and a push that finds a ref locked takes it exclusively: a 
 writer and is removed. The workspace's own cache is cleared the same way under its own flock. The branch and the
 test-result refs of a local remote are written by Agent Jobs only.
 
-Each workspace keeps a bare repository at `<cache_root>/<workspaceId>.git` holding the objects of its branch and base
-(cloned on first use, then fetched incrementally: a warm execution environment downloads only new commits). Patches
-are applied to trees in that object store; no working tree is ever written, except by `checkout`.
+Each workspace keeps a bare repository at `<cache_root>/<workspaceId>-<key>.git` holding the objects of its branch and
+base (cloned on first use, then fetched incrementally: a warm execution environment downloads only new commits).
+`<key>` is a digest of the remote's owner (the tenant that registered the workspace) and url: a workspace id
+registered again, by another tenant or for another remote, gets a cache of its own and never reads what the first
+remote left. Patches are applied to trees in that object store; no working tree is ever written, except by
+`checkout`. The caches of one worker stay within a budget (`GitWorkspaceStore.cache_budget_bytes`, the worker's
+WORKSPACE_CACHE_BYTES): after each use, the least recently used caches are removed until the rest fit, except those
+in use, whose flock a removal must take first. A removed cache is cloned again by its next job.
+
+What one job may bring is bounded (`GitLimits`, the worker's MAX_BLOB_BYTES, MAX_FETCH_BYTES and MAX_CHECKOUT_BYTES): a
+fetch counts the pack bytes as they arrive and reads every object's size from its pack header (a delta's from the
+delta's own header) before the object is inflated, so a small pack of a huge zero-filled file is refused after a few
+bytes of it, in bounded memory. A remote on this machine's file system is read through a store that checks each
+object's stored size the same way before the sending side inflates it. Going over a limit is a PermanentJobError
+naming the setting to raise: the remote is the same on every retry. The jobs a worker runs at once take turns with
+objects above LARGE_OBJECT_BYTES, so its memory holds one such object at a time, not one per job.
 
 Test results live in the remote too, so any worker finds them: `refs/agent-jobs/tests/<jobId>/<commit>` points at a
 commit whose tree holds `result.json`. A ref is created once and never moved; the first stored result wins.
@@ -32,33 +45,37 @@ commit whose tree holds `result.json`. A ref is created once and never moved; th
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import re
 import shutil
 import stat
 import tempfile
+import threading
 import time
+import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence, Set
 from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 from urllib.parse import urlsplit, urlunsplit
 
 from dulwich.client import LocalGitClient, get_transport_and_path
 from dulwich.errors import NotTreeError
 from dulwich.file import FileLocked
-from dulwich.object_store import BaseObjectStore
+from dulwich.object_store import BaseObjectStore, DiskObjectStore
 from dulwich.objects import S_ISGITLINK, ZERO_SHA, Blob, ObjectID, ShaFile, SubmoduleEncountered, Tree
 from dulwich.objects import Commit as GitCommit
-from dulwich.pack import UnpackedObject
+from dulwich.pack import DELTA_TYPES, OFS_DELTA, REF_DELTA, UnpackedObject, read_pack_header_at, take_msb_bytes
 from dulwich.refs import Ref, check_ref_format
 from dulwich.repo import Repo
 from dulwich.walk import ORDER_TOPO, Walker
 
 from agent_jobs.models import ID_PATTERN
 from jobs.errors import PermanentJobError, RetryableJobError
+from jobs.limits import GitLimits
 from jobs.patching import REGULAR_FILE_MODE, FileChange, PatchDoesNotApplyError, apply_patch_to_files
 from jobs.workspace import JOB_TRAILER, ROOT_HEAD, Commit, HeadMovedError
 
@@ -73,6 +90,18 @@ LOCAL_PUSH_TURN = "agent-jobs-push.flock"
 # How long a push waits for the live pushes of a local remote to end before it takes a ref's lock file for a live one.
 STALE_REF_LOCK_WAIT_SECONDS = 5.0
 
+# What each file, folder or link of a checkout counts against MAX_CHECKOUT_BYTES beside its content.
+CHECKOUT_ENTRY_BYTES = 512
+# How deep a local remote's alternates (objects/info/alternates) are followed to read an object's size.
+_MAX_ALTERNATES_DEPTH = 5
+# A fetch inflates an object this many bytes at a time while it looks for the object's end in the pack.
+_INFLATE_STEP = 64 * 1024
+# The worker runs jobs of several workspaces at once (GROUP_CONCURRENCY threads). Objects above this size are handled
+# by one of them at a time: whoever meets one waits for the process's turn (`_inflating`), and holds it until its use
+# of the cache ends. So the worker's memory holds one large object's few copies, not one per thread.
+LARGE_OBJECT_BYTES = 1024 * 1024
+_LARGE_OBJECT_TURN = threading.RLock()
+_large_object_turn = threading.local()
 _IDENTITY = re.compile(r"^[^<>\n]+ <[^<>\n]+>$")
 _SHA = re.compile(r"^[0-9a-f]{40}$")
 _TRAILER = re.compile(rb"^" + re.escape(JOB_TRAILER.encode()) + rb":[ \t]*(\S+)[ \t]*$", re.MULTILINE)
@@ -94,6 +123,13 @@ class GitRemote:
     branch: str
     base_branch: str = "main"
     credentials: GitCredentials | None = None
+    # The tenant that registered the workspace: caches are kept apart per owner and url.
+    owner: str = ""
+
+    @property
+    def cache_key(self) -> str:
+        """What a cache of this remote is named by, beside the workspace id: its owner and url (never the token)."""
+        return hashlib.sha256(f"{self.owner}\0{self.display_url}".encode()).hexdigest()[:16]
 
     @property
     def display_url(self) -> str:
@@ -127,23 +163,49 @@ class _RemoteRefusedError(Exception):
 class GitWorkspaceStore:
     """Opens the git workspace of a workspace id; `resolve` says which remote and branch that is."""
 
-    def __init__(self, cache_root: Path, resolve: Callable[[str], GitRemote]) -> None:
+    def __init__(
+        self,
+        cache_root: Path,
+        resolve: Callable[[str], GitRemote],
+        *,
+        limits: GitLimits | None = None,
+        cache_budget_bytes: int | None = None,
+    ) -> None:
         self.cache_root = Path(cache_root)
         self._resolve = resolve
+        self.limits = limits or GitLimits()
+        # The caches under cache_root in all (None: unbounded); see `evict_caches`.
+        self.cache_budget_bytes = cache_budget_bytes
 
     def open(self, workspace_id: str) -> GitWorkspace:
         if not re.match(ID_PATTERN, workspace_id):
             raise ValueError(f"not a workspace id: {workspace_id!r}")
-        return GitWorkspace(workspace_id, self._resolve(workspace_id), self.cache_root / f"{workspace_id}.git")
+        remote = self._resolve(workspace_id)
+        cache_path = self.cache_root / f"{workspace_id}-{remote.cache_key}.git"
+        return GitWorkspace(workspace_id, remote, cache_path, limits=self.limits, after_use=self._after_use)
+
+    def _after_use(self) -> None:
+        if self.cache_budget_bytes is not None:
+            evict_caches(self.cache_root, self.cache_budget_bytes)
 
 
 class GitWorkspace:
     """One workspace: a branch of a git remote, with a warm bare cache of its objects (see the module docstring)."""
 
-    def __init__(self, workspace_id: str, remote: GitRemote, cache_path: Path) -> None:
+    def __init__(
+        self,
+        workspace_id: str,
+        remote: GitRemote,
+        cache_path: Path,
+        *,
+        limits: GitLimits | None = None,
+        after_use: Callable[[], None] | None = None,
+    ) -> None:
         self.workspace_id = workspace_id
         self.remote = remote
         self.cache_path = cache_path
+        self.limits = limits or GitLimits()
+        self._after_use = after_use
         self._branch = Ref(b"refs/heads/" + remote.branch.encode())
         self._base = Ref(b"refs/heads/" + remote.base_branch.encode())
         credentials = remote.credentials
@@ -269,7 +331,8 @@ class GitWorkspace:
             path.mkdir(parents=True, exist_ok=True)
             if any(path.iterdir()):
                 raise ValueError(f"checkout needs an empty folder; {path} is not empty")
-            _write_tree_to_folder(repo.object_store, tree, path)
+            budget = _CheckoutBudget(self.limits.max_checkout_bytes, sha)
+            _write_tree_to_folder(repo.object_store, tree, path, budget)
 
     # -- remote and cache -------------------------------------------------------------------------------------
 
@@ -277,20 +340,27 @@ class GitWorkspace:
     def _cache(self) -> Iterator[Repo]:
         """The workspace's bare cache repository, created on first use; one user at a time per machine."""
         self.cache_path.parent.mkdir(parents=True, exist_ok=True)
-        with Path(f"{self.cache_path}.lock").open("a") as lock:
+        lock_path = Path(f"{self.cache_path}.lock")
+        with lock_path.open("a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             try:
+                os.utime(lock_path)  # its last use, which orders the caches for eviction
                 if not (self.cache_path / "HEAD").exists():
-                    # Created aside and renamed, so a crash never leaves half a repository where the cache belongs.
+                    # Created aside and renamed, so a crash never leaves half a repository where the cache belongs;
+                    # what such a crash left aside is removed here, under the lock its creator held.
+                    for stale in self.cache_path.parent.glob(f".{self.cache_path.name}-*"):
+                        shutil.rmtree(stale, ignore_errors=True)
                     staging = Path(tempfile.mkdtemp(prefix=f".{self.cache_path.name}-", dir=self.cache_path.parent))
                     Repo.init_bare(staging).close()
                     shutil.rmtree(self.cache_path, ignore_errors=True)
                     staging.rename(self.cache_path)
                 self._clear_stale_ref_locks()
-                with closing(Repo(str(self.cache_path))) as repo:
+                with closing(Repo(str(self.cache_path))) as repo, _large_object_scope():
                     yield repo
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
+        if self._after_use is not None:
+            self._after_use()
 
     def _clear_stale_ref_locks(self) -> None:
         """Remove the `.lock` files of the cache's refs. A process killed while it updated a ref of the cache (an
@@ -313,7 +383,18 @@ class GitWorkspace:
             advertised.update({ref: refs[ref] for ref in wanted if ref in refs})
             return sorted({sha for sha in advertised.values() if sha not in repo.object_store})
 
-        self._client.fetch(self._remote_path, repo, determine_wants=wants, ref_prefix=list(wanted))
+        # As dulwich's GitClient.fetch does, but the pack goes through _PackGuard on its way to a file that the
+        # system removes even if this process dies, and a local remote is read through its size-checking client.
+        client = (
+            _SizeCheckingLocalClient(self.limits, self.remote.display_url) if self._local_remote() else self._client
+        )
+        with tempfile.TemporaryFile(dir=repo.object_store.path, prefix="incoming-") as pack:
+            guard = _PackGuard(pack, self.limits, self.remote.display_url)
+            client.fetch_pack(self._remote_path, wants, repo.get_graph_walker(), guard.receive, ref_prefix=list(wanted))
+            guard.finish()
+            if pack.tell():
+                pack.seek(0)
+                repo.object_store.add_thin_pack(pack.read, None)
         local = repo.refs.as_dict()
         for ref in wanted:
             if ref in advertised:
@@ -443,6 +524,50 @@ class GitWorkspace:
             )
 
 
+def evict_caches(cache_root: Path, budget_bytes: int) -> list[Path]:
+    """Remove the least recently used caches under `cache_root` until the rest take at most `budget_bytes`; returns
+    the removed ones. A cache in use (its flock held) is never removed: it is skipped, and counts against the budget.
+
+    A cache's last use is its lock file's modification time (`GitWorkspace._cache` touches it). The lock files stay:
+    removing one would let two users lock two different files of the same name."""
+    caches: list[tuple[float, Path, int]] = []
+    for path in cache_root.glob("*.git"):
+        lock_path = Path(f"{path}.lock")
+        try:
+            last_use = lock_path.stat().st_mtime if lock_path.exists() else 0.0
+        except OSError:
+            continue
+        caches.append((last_use, path, _folder_bytes(path)))
+    total = sum(size for _, _, size in caches)
+    removed: list[Path] = []
+    for _, path, size in sorted(caches):
+        if total <= budget_bytes:
+            break
+        with Path(f"{path}.lock").open("a") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue  # a job is using it this very moment
+            try:
+                shutil.rmtree(path, ignore_errors=True)
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+        total -= size
+        removed.append(path)
+    return removed
+
+
+def _folder_bytes(folder: Path) -> int:
+    total = 0
+    for parent, _, files in os.walk(folder):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(parent, name)).st_size
+            except OSError:
+                continue  # removed meanwhile
+    return total
+
+
 def job_id_of(message: bytes) -> str | None:
     """The jobId of the `Agent-Job-Id` trailer, which must be in the message's last paragraph (its trailer block)."""
     trailer_block = message.rstrip().rsplit(b"\n\n", 1)[-1]
@@ -501,6 +626,7 @@ def _patched_tree(store: BaseObjectStore, tree: ObjectID | None, patch: str) -> 
         mode, sha = found
         if stat.S_ISDIR(mode) or S_ISGITLINK(mode):
             raise PatchDoesNotApplyError(path, None, "is a folder or a submodule in the workspace, not a file")
+        _inflating(_cached_size(store, sha))
         blob = store[sha]
         assert isinstance(blob, Blob)
         return blob.data
@@ -602,7 +728,26 @@ class _Folder:
         return tree.id
 
 
-def _write_tree_to_folder(store: BaseObjectStore, tree_id: ObjectID, folder: Path) -> None:
+class _CheckoutBudget:
+    """The bytes a checkout may still write (MAX_CHECKOUT_BYTES). Every file, folder or link counts CHECKOUT_ENTRY_BYTES
+    on top of its content: a tree of countless empty files (or of folders repeating one another, which git stores once)
+    takes disk space and time too."""
+
+    def __init__(self, limit: int, sha: str) -> None:
+        self.limit = limit
+        self.left = limit
+        self._sha = sha
+
+    def spend(self, size: int) -> None:
+        self.left -= size
+        if self.left < 0:
+            raise PermanentJobError(
+                f"the checkout of {self._sha[:12]} is larger than the {self.limit}-byte limit of MAX_CHECKOUT_BYTES;"
+                " shrink the branch's tree or raise MAX_CHECKOUT_BYTES"
+            )
+
+
+def _write_tree_to_folder(store: BaseObjectStore, tree_id: ObjectID, folder: Path, budget: _CheckoutBudget) -> None:
     tree = store[tree_id]
     assert isinstance(tree, Tree)
     for item in tree.iteritems():
@@ -610,17 +755,319 @@ def _write_tree_to_folder(store: BaseObjectStore, tree_id: ObjectID, folder: Pat
         if name in ("", ".", "..") or name.lower() == ".git" or "/" in name or "\0" in name:
             raise ValueError(f"refusing to write the tree entry {name!r} of {tree_id.decode()}")
         target = folder / name
+        budget.spend(CHECKOUT_ENTRY_BYTES)
         if stat.S_ISDIR(item.mode):
             target.mkdir()
-            _write_tree_to_folder(store, item.sha, target)
+            _write_tree_to_folder(store, item.sha, target, budget)
         elif S_ISGITLINK(item.mode):
             target.mkdir()  # a submodule: an empty folder, as a clone without --recurse-submodules leaves it
         else:
+            _inflating(_cached_size(store, item.sha))
             blob: ShaFile = store[item.sha]
             assert isinstance(blob, Blob)
+            budget.spend(len(blob.data))
             if stat.S_ISLNK(item.mode):
                 os.symlink(blob.data, target)
             else:
                 target.write_bytes(blob.data)
                 if item.mode & 0o111:
                     target.chmod(0o755)
+
+
+@contextmanager
+def _large_object_scope() -> Iterator[None]:
+    """One use of a cache: the process's turn for large objects, if `_inflating` took it, is released at its end."""
+    outer = getattr(_large_object_turn, "held", None)
+    _large_object_turn.held = False
+    try:
+        yield
+    finally:
+        if _large_object_turn.held:
+            _LARGE_OBJECT_TURN.release()
+        _large_object_turn.held = outer
+
+
+def _inflating(size: int) -> None:
+    """Before an object of `size` bytes is inflated: above LARGE_OBJECT_BYTES, wait for the process's turn."""
+    if size > LARGE_OBJECT_BYTES and getattr(_large_object_turn, "held", None) is False:
+        _LARGE_OBJECT_TURN.acquire()
+        _large_object_turn.held = True
+
+
+def _varint(data: bytes | bytearray, start: int) -> tuple[int, int] | None:
+    """A delta header's size (7 bits a byte, least significant first) at `start`, and the offset past it; None when
+    `data` ends inside it."""
+    size = shift = 0
+    for index in range(start, len(data)):
+        size |= (data[index] & 0x7F) << shift
+        shift += 7
+        if not data[index] & 0x80:
+            return size, index + 1
+    return None
+
+
+def _delta_result_size(head: bytes | bytearray) -> int | None:
+    """The size of the object a delta makes, from the delta's first inflated bytes (its base's size, then its own)."""
+    base = _varint(head, 0)
+    result = _varint(head, base[1]) if base else None
+    return result[0] if result else None
+
+
+class _PackGuard:
+    """Receives a fetch's pack (dulwich's `pack_data` callback), writing it to `sink` while it checks the limits.
+
+    It counts the bytes (MAX_FETCH_BYTES) and follows the pack's objects as they stream by: each object's header
+    states its inflated size, and a delta's first inflated bytes state the size of the object it makes, so an object
+    above MAX_BLOB_BYTES is refused before it is inflated, and the download stops there. Objects are inflated
+    `_INFLATE_STEP` bytes at a time, only to find where each ends (and to check that none inflates beyond its header).
+    """
+
+    _HASH_SIZE = 20
+
+    def __init__(self, sink: IO[bytes], limits: GitLimits, source: str) -> None:
+        self._sink = sink
+        self._limits = limits
+        self._source = source
+        self._received = 0
+        self._pending = bytearray()  # received bytes not yet parsed, while outside an object's zlib stream
+        self._objects_left: int | None = None  # None until the pack header is read
+        self._inflater: Any = None  # the zlib stream of the current object
+        self._declared = 0
+        self._inflated = 0
+        self._delta_head: bytearray | None = None  # a delta's first inflated bytes, until its sizes are read
+
+    def receive(self, data: bytes) -> int:
+        self._received += len(data)
+        if self._received > self._limits.max_fetch_bytes:
+            raise PermanentJobError(
+                f"fetching from {self._source} brought more than the {self._limits.max_fetch_bytes}-byte limit of"
+                " MAX_FETCH_BYTES; shrink the branch and its history, or raise MAX_FETCH_BYTES"
+            )
+        self._sink.write(data)
+        self._parse(bytes(data))
+        return len(data)
+
+    def finish(self) -> None:
+        """The fetch ended: a pack cut short inside an object is refused."""
+        if self._inflater is not None or (self._objects_left or 0) > 0:
+            raise RetryableJobError(f"the pack from {self._source} ended before its last object")
+
+    def _invalid(self, why: str) -> PermanentJobError:
+        return PermanentJobError(f"{self._source} sent a pack that is not valid git data ({why})")
+
+    def _parse(self, data: bytes) -> None:
+        while True:
+            if self._inflater is not None:
+                if not data:
+                    return
+                data = self._inflate(data)
+                continue
+            self._pending += data
+            data = b""
+            if self._objects_left is None:
+                if len(self._pending) < 12:
+                    return
+                try:
+                    _version, self._objects_left = read_pack_header_at(bytes(self._pending[:12]))
+                except AssertionError as error:
+                    raise self._invalid(str(error)) from error
+                del self._pending[:12]
+            if self._objects_left == 0:
+                self._pending.clear()  # the pack's checksum, which dulwich verifies
+                return
+            if not self._start_object():
+                return
+            data, self._pending = bytes(self._pending), bytearray()
+
+    def _start_object(self) -> bool:
+        """Read the next object's header from the pending bytes; False when they end inside it."""
+        pending = self._pending
+        end = next((i + 1 for i, byte in enumerate(pending) if not byte & 0x80), None)
+        if end is None:
+            if len(pending) > 10:
+                raise self._invalid("an object header too long")
+            return False
+        type_num = (pending[0] >> 4) & 0x07
+        size = pending[0] & 0x0F
+        for i, byte in enumerate(pending[1:end]):
+            size |= (byte & 0x7F) << (i * 7 + 4)
+        if type_num == OFS_DELTA:
+            base_end = next((i + 1 for i in range(end, len(pending)) if not pending[i] & 0x80), None)
+            if base_end is None:
+                return False
+            end = base_end
+        elif type_num == REF_DELTA:
+            if len(pending) < end + self._HASH_SIZE:
+                return False
+            end += self._HASH_SIZE
+        if size > self._limits.max_blob_bytes:
+            raise self._limits.object_too_large(self._source, size)
+        _inflating(size)
+        del pending[:end]
+        self._objects_left = (self._objects_left or 0) - 1
+        self._inflater = zlib.decompressobj()
+        self._declared, self._inflated = size, 0
+        self._delta_head = bytearray() if type_num in DELTA_TYPES else None
+        return True
+
+    def _inflate(self, data: bytes) -> bytes:
+        """Feed `data` to the current object's zlib stream; returns what follows the stream's end, if it ended."""
+        inflater = self._inflater
+        while True:
+            try:
+                out = inflater.decompress(data, _INFLATE_STEP)
+            except zlib.error as error:
+                raise self._invalid(str(error)) from error
+            data = inflater.unconsumed_tail
+            self._inflated += len(out)
+            if self._inflated > self._declared:
+                raise self._invalid("an object larger than its header says")
+            if self._delta_head is not None and out:
+                self._delta_head += out[:32]
+                result = _delta_result_size(self._delta_head)
+                if result is not None:
+                    if result > self._limits.max_blob_bytes:
+                        raise self._limits.object_too_large(self._source, result)
+                    _inflating(result)
+                    self._delta_head = None
+                elif len(self._delta_head) >= 20:
+                    raise self._invalid("a delta header too long")
+            if inflater.eof:
+                self._inflater = None
+                return bytes(inflater.unused_data)
+            if not data and len(out) < _INFLATE_STEP:
+                return b""
+
+
+def _stored_size(store: DiskObjectStore, sha: ObjectID, *, depth: int = 0) -> int | None:
+    """The inflated size of object `sha` in `store` or its alternates (for a delta, the larger of the delta and the
+    object it makes), read from headers and a delta's first bytes, never by inflating the object; None when the store
+    lacks it."""
+    for pack in store.packs:
+        try:
+            offset = pack.index.object_offset(sha)
+        except KeyError:
+            continue
+        with open(pack.data.path, "rb") as file:
+            file.seek(offset)
+            header, _ = take_msb_bytes(file.read)
+            type_num = (header[0] >> 4) & 0x07
+            size = header[0] & 0x0F
+            for i, byte in enumerate(header[1:]):
+                size |= (byte & 0x7F) << (i * 7 + 4)
+            if type_num not in DELTA_TYPES:
+                return size
+            if type_num == OFS_DELTA:
+                take_msb_bytes(file.read)
+            else:
+                file.read(pack.index.object_format.oid_length)
+            return max(size, _inflated_head_size(file, _delta_result_size))
+    hexsha = sha.decode("ascii")
+    loose = Path(store.path) / hexsha[:2] / hexsha[2:]
+    if loose.is_file():
+        with loose.open("rb") as file:
+            return _inflated_head_size(file, _loose_object_size)
+    if depth < _MAX_ALTERNATES_DEPTH:
+        for alternate in store.alternates:
+            if isinstance(alternate, DiskObjectStore):
+                borrowed = _stored_size(alternate, sha, depth=depth + 1)
+                if borrowed is not None:
+                    return borrowed
+    return None
+
+
+def _cached_size(store: BaseObjectStore, sha: ObjectID) -> int:
+    """The size of object `sha` of a cache, without inflating it (0 when unknown: not a disk store, or missing)."""
+    return (_stored_size(store, sha) or 0) if isinstance(store, DiskObjectStore) else 0
+
+
+def _loose_object_size(head: bytes | bytearray) -> int | None:
+    """The size a loose object's header ("blob 1234\\0") states, once its first inflated bytes hold it."""
+    if b"\0" not in head:
+        if len(head) > 64:
+            raise ValueError("a loose object header too long")
+        return None
+    return int(bytes(head).split(b"\0", 1)[0].split(b" ", 1)[1])
+
+
+def _inflated_head_size(file: IO[bytes], size_of: Callable[[bytes | bytearray], int | None]) -> int:
+    """Inflate the zlib stream at `file`'s position only as far as `size_of` needs to read a size from its start."""
+    inflater = zlib.decompressobj()
+    head = bytearray()
+    while True:
+        chunk = file.read(256)
+        head += inflater.decompress(chunk, 64 - len(head)) if len(head) < 64 else b""
+        size = size_of(head)
+        if size is not None:
+            return size
+        if not chunk or len(head) >= 64 or inflater.eof:
+            raise ValueError("an object header that ends too soon or runs too long")
+
+
+class _SizeCheckedObjects:
+    """A local remote's object store as the sending side of a fetch reads it: every object the fetch reads (commits
+    and trees while it walks, then each object it packs) has its stored size checked before it is inflated."""
+
+    def __init__(self, store: DiskObjectStore, limits: GitLimits, source: str) -> None:
+        self._store = store
+        self._limits = limits
+        self._source = source
+
+    def _check(self, sha: ObjectID) -> None:
+        try:
+            size = _stored_size(self._store, sha)
+        except (ValueError, IndexError, OSError) as error:
+            raise PermanentJobError(
+                f"{self._source} holds an object {sha.decode()} that cannot be read: {error}"
+            ) from error
+        if size is None and sha in self._store:
+            raise PermanentJobError(
+                f"{self._source} holds an object {sha.decode()} whose size cannot be read without inflating it"
+                f" (more than {_MAX_ALTERNATES_DEPTH} alternates deep?); repack the remote"
+            )
+        if size is not None and size > self._limits.max_blob_bytes:
+            raise self._limits.object_too_large(self._source, size)
+        _inflating(size or 0)
+
+    def __getitem__(self, sha: ObjectID) -> ShaFile:
+        self._check(sha)
+        return self._store[sha]
+
+    def __contains__(self, sha: ObjectID) -> bool:
+        return sha in self._store
+
+    def __iter__(self) -> Iterator[ObjectID]:
+        return iter(self._store)
+
+    def get_raw(self, sha: ObjectID) -> tuple[int, bytes]:
+        self._check(sha)
+        return self._store.get_raw(sha)
+
+    def iter_unpacked_subset(self, shas: Set[ObjectID], *args: Any, **kwargs: Any) -> Iterator[UnpackedObject]:
+        for sha in shas:
+            self._check(sha)
+        return self._store.iter_unpacked_subset(shas, *args, **kwargs)
+
+    def iterobjects_subset(self, shas: Sequence[ObjectID] | Set[ObjectID], *args: Any, **kwargs: Any) -> Any:
+        for sha in shas:
+            self._check(sha)
+        return self._store.iterobjects_subset(shas, *args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+
+class _SizeCheckingLocalClient(LocalGitClient):
+    """LocalGitClient whose fetches read the remote's objects through `_SizeCheckedObjects`: the sending side of a
+    local fetch runs in this process, and would otherwise inflate a huge object before the pack reaches _PackGuard."""
+
+    def __init__(self, limits: GitLimits, source: str) -> None:
+        super().__init__()
+        self._limits = limits
+        self._source = source
+
+    def _open_repo(self, path: str | bytes) -> closing[Repo]:  # type: ignore[override]
+        repo = Repo(os.fsdecode(path))
+        assert isinstance(repo.object_store, DiskObjectStore)
+        repo.object_store = _SizeCheckedObjects(repo.object_store, self._limits, self._source)  # type: ignore[assignment]
+        return closing(repo)

@@ -2,7 +2,8 @@
 
 The registration (remote, branch, base branch, test commands, token, GitHub repository) is read from the table once
 per workspace and kept for a minute in this execution environment, so a job costs no read on the happy path while a
-changed registration is seen soon. The git side is `jobs.git_workspace`, with its warm bare caches under `cache_root`.
+changed registration is seen soon. The git side is `jobs.git_workspace`, with its warm bare caches under `cache_root`
+(one per tenant, workspace and remote, within `cache_budget_bytes` in all).
 
 What a registration names is checked again here, at use, against the owner's bounds (`agent_jobs.tenancy`): a
 registration stored before a bound existed, a symlink made since, or a name that resolves elsewhere by now is a
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
     from agent_jobs.models import RegisteredWorkspace
     from agent_jobs.workspaces import WorkspaceRegistry
     from jobs.git_workspace import GitRemote, GitWorkspace, GitWorkspaceStore
+    from jobs.limits import GitLimits
 
 REGISTRATION_CACHE_SECONDS = 60
 
@@ -36,8 +38,12 @@ class RegisteredWorkspaceStore:
         tokens: Callable[[str], str] | None = None,
         clock: Callable[[], float] = time.monotonic,
         bounds: TenantBounds | None = None,
+        limits: GitLimits | None = None,
+        cache_budget_bytes: int | None = None,
     ) -> None:
         self._registry = registry
+        self._limits = limits
+        self._cache_budget_bytes = cache_budget_bytes
         self.bounds = bounds or TenantBounds()
         self._tokens = tokens or _read_token
         self._clock = clock
@@ -51,7 +57,9 @@ class RegisteredWorkspaceStore:
         if self._git_store is None:
             from jobs.git_workspace import GitWorkspaceStore
 
-            self._git_store = GitWorkspaceStore(self._cache_root, self._remote)
+            self._git_store = GitWorkspaceStore(
+                self._cache_root, self._remote, limits=self._limits, cache_budget_bytes=self._cache_budget_bytes
+            )
         return self._git_store
 
     def registration(self, workspace_id: str) -> RegisteredWorkspace:
@@ -112,6 +120,7 @@ class RegisteredWorkspaceStore:
             branch=registration.branch,
             base_branch=registration.base_branch,
             credentials=credentials,
+            owner=registered.tenant_id,  # a cache of its own per tenant and remote
         )
 
 

@@ -12,8 +12,6 @@ nothing about the suite: the job is retried (the retry leads its message group's
 
 from __future__ import annotations
 
-import tempfile
-from pathlib import Path
 from typing import Any, Final
 
 from agent_jobs.models import RunTestsJob
@@ -21,6 +19,7 @@ from jobs.context import JobContext
 from jobs.errors import PermanentJobError, RetryableJobError
 from jobs.git_workspace import GitWorkspace
 from jobs.sandbox import pack_checkout, test_timeout_seconds
+from jobs.scratch import scratch_folder
 
 # Below this share of a whole invocation's test time, a timed-out run is retried instead of recorded.
 CUT_SHORT_SHARE: Final = 0.5
@@ -54,9 +53,10 @@ def run(job: RunTestsJob, context: JobContext) -> dict[str, Any]:
         whole = test_timeout_seconds(context.invocation_ms, context.safety_margin_ms, sandbox.longest_run_seconds)
         if timeout <= 0:
             raise RetryableJobError("not enough time left in this invocation to run the tests")
-        with tempfile.TemporaryDirectory(prefix="agent-jobs-tests-") as folder:
-            workspace.checkout(head, Path(folder))
-            archive = pack_checkout(Path(folder))
+        # Removed when the job ends, and by the next job if this process is killed first.
+        with scratch_folder() as folder:
+            workspace.checkout(head, folder)
+            archive = pack_checkout(folder)
         outcome = sandbox.run(
             tenant_id=context.registration.tenant_id,
             workspace_id=workspace.workspace_id,

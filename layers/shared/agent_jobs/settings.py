@@ -17,6 +17,17 @@ LAMBDA_MAX_TIMEOUT_SECONDS: Final = 900
 # A sandbox invocation keeps this much of its own Timeout for unpacking the checkout, killing the tests and cleaning
 # up: the tests themselves get at most its Timeout minus this.
 SANDBOX_HEADROOM_SECONDS: Final = 10
+MIB: Final = 1024 * 1024
+# What one job of a git workspace may bring into the worker (MAX_BLOB_BYTES, MAX_FETCH_BYTES, MAX_CHECKOUT_BYTES):
+# inflating an object takes memory of its size, so the largest object bounds the worker's memory, and the fetch and
+# the checkout bound what a job writes to the worker's ephemeral storage (/tmp).
+DEFAULT_MAX_BLOB_BYTES: Final = 50 * MIB
+DEFAULT_MAX_FETCH_BYTES: Final = 100 * MIB
+DEFAULT_MAX_CHECKOUT_BYTES: Final = 100 * MIB
+# The worker's ephemeral storage (/tmp, the template's WorkerEphemeralStorage) when EPHEMERAL_STORAGE_MB is unset.
+DEFAULT_EPHEMERAL_STORAGE_MB: Final = 512
+# What the warm caches leave free of the ephemeral storage beyond one fetch and one checkout (the runtime's own files).
+EPHEMERAL_HEADROOM_BYTES: Final = 64 * MIB
 
 
 class Settings(BaseSettings):
@@ -67,6 +78,20 @@ class Settings(BaseSettings):
     # The sandbox function's Timeout (SandboxTimeout): bounds a test run and the worker's wait for its answer.
     test_sandbox_timeout_seconds: int = 90
 
+    # The largest git object (file, folder listing, commit) a fetch may bring, read from the pack's headers before it is
+    # inflated; a larger one ends the job DEAD.
+    max_blob_bytes: Annotated[int, Field(ge=1024)] = DEFAULT_MAX_BLOB_BYTES
+    # The pack bytes one fetch may bring, counted as they arrive: the download stops there and the job ends DEAD.
+    max_fetch_bytes: Annotated[int, Field(ge=1024)] = DEFAULT_MAX_FETCH_BYTES
+    # The bytes a checkout (run_tests' copy of the head for the sandbox) may write.
+    max_checkout_bytes: Annotated[int, Field(ge=1024)] = DEFAULT_MAX_CHECKOUT_BYTES
+    # The worker's ephemeral storage in MB (WorkerEphemeralStorage): sizes the default WORKSPACE_CACHE_BYTES.
+    ephemeral_storage_mb: Annotated[int, Field(ge=512, le=10_240)] = DEFAULT_EPHEMERAL_STORAGE_MB
+    # The warm git caches of one worker in all; least recently used caches are removed beyond it. None: the ephemeral
+    # storage less one fetch (twice: the received pack, then its copy into the cache), one checkout and
+    # EPHEMERAL_HEADROOM_BYTES (`cache_budget_bytes`).
+    workspace_cache_bytes: Annotated[int, Field(ge=0)] | None = None
+
     # The payload bucket's lifecycle expiration (PayloadRetentionDays); None when not set (no check).
     payload_retention_days: Annotated[int, Field(ge=1)] | None = None
 
@@ -81,6 +106,15 @@ class Settings(BaseSettings):
         they had in flight with them): every delivery before the last ones. Recorded failures are bounded by
         max_attempts alone."""
         return max(self.max_attempts, self.max_receive_count - LAST_DELIVERIES)
+
+    @property
+    def cache_budget_bytes(self) -> int:
+        """WORKSPACE_CACHE_BYTES, or what the ephemeral storage leaves beside one fetch and one checkout. A fetch
+        takes twice its bytes while it lands: the pack as received, and its copy into the cache as it is indexed."""
+        if self.workspace_cache_bytes is not None:
+            return self.workspace_cache_bytes
+        room = self.ephemeral_storage_mb * MIB - 2 * self.max_fetch_bytes - self.max_checkout_bytes
+        return max(0, room - EPHEMERAL_HEADROOM_BYTES)
 
     def near_delivery_limit(self, receive_count: int) -> bool:
         """The message is on one of its LAST_DELIVERIES before the queue's redrive."""

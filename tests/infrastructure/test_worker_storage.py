@@ -1,0 +1,30 @@
+"""The worker's /tmp: its ephemeral storage is a bounded template parameter, and the worker sizes its warm git caches'
+budget from it, leaving room for one job's fetch and checkout."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agent_jobs.settings import Settings
+from agent_jobs_local.template import TemplateModel
+
+WORKER = "JobWorkerFunction"
+
+
+def test_worker_ephemeral_storage_is_a_bounded_parameter_the_worker_knows(template: dict[str, Any]) -> None:
+    worker = template["Resources"][WORKER]["Properties"]
+    assert worker["EphemeralStorage"] == {"Size": {"Ref": "WorkerEphemeralStorage"}}
+    assert worker["Environment"]["Variables"]["EPHEMERAL_STORAGE_MB"] == {"Ref": "WorkerEphemeralStorage"}
+    parameter = template["Parameters"]["WorkerEphemeralStorage"]
+    assert (parameter["MinValue"], parameter["MaxValue"], parameter["Default"]) == (512, 10240, 512)
+
+
+def test_worker_cache_budget_leaves_a_job_room_at_every_storage_size(template: dict[str, Any]) -> None:
+    for size in (512, 1024, 10240):
+        model = TemplateModel(template, parameter_overrides={"WorkerEphemeralStorage": size})
+        storage_mb = int(model.function_environment_variable(WORKER, "EPHEMERAL_STORAGE_MB") or 0)
+        assert storage_mb == size
+        settings = Settings(table_name="t", queue_url="q", ephemeral_storage_mb=storage_mb)
+        used = settings.cache_budget_bytes + 2 * settings.max_fetch_bytes + settings.max_checkout_bytes
+        assert settings.cache_budget_bytes > 0
+        assert used < size * 1024 * 1024
