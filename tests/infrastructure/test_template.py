@@ -255,10 +255,11 @@ def test_policies_grant_what_each_function_needs(template: Template) -> None:
         "sqs:SendMessage",
         "s3:PutObject",
     }
-    # the API queries two indexes (timeline, halted list), never the table or the parked index
+    # the API queries three indexes (timeline, halted list, queued-jobs quota), never the table or the parked index
     api_queries = [s for s in _statements(template, "EnqueueApiFunction") if "dynamodb:Query" in s["Action"]]
     assert sorted(str(s["Resource"]) for s in api_queries) == sorted(
-        str({"Fn::Sub": f"${{JobsTable.Arn}}/index/{name}"}) for name in ("byWorkspace", "haltedByTenant")
+        str({"Fn::Sub": f"${{JobsTable.Arn}}/index/{name}"})
+        for name in ("byWorkspace", "haltedByTenant", "pendingByWorkspace")
     )
     assert actions("JobWorkerFunction") == {
         "dynamodb:UpdateItem",
