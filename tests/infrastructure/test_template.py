@@ -357,6 +357,23 @@ def test_alarms_watch_dead_letter_depth_and_oldest_message_age(model: TemplateMo
     assert model.parameters["OldestMessageAgeAlarmSeconds"] == "900"
 
 
+def _readme_section(title: str) -> str:
+    return (REPO / "README.md").read_text().split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_readme_configuration_names_every_template_parameter(template: Template) -> None:
+    section = _readme_section("Configuration")
+    assert [name for name in template["Parameters"] if f"`{name}`" not in section] == []
+
+
+def test_readme_says_how_to_raise_each_quota(template: Template) -> None:
+    quotas = (REPO / "README.md").read_text().split("\n### Quotas\n", 1)[1].split("\n## ", 1)[0]
+    assert "--parameter-overrides" in quotas
+    for parameter in ("MaxWorkspacesPerTenant", "MaxJobsPerSecondPerTenant", "MaxQueuedJobsPerWorkspace"):
+        assert parameter in template["Parameters"]
+        assert f"`{parameter}`" in quotas, parameter
+
+
 # --- The documented settings ---------------------------------------------------------------------------------------
 
 
