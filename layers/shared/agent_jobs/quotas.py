@@ -158,9 +158,10 @@ class JobQuotas:
             except ClientError as error:
                 if not _condition_failed(error):
                     raise
-                old = to_item(error.response.get("Item", {}))  # type: ignore[arg-type]
-                room = self.jobs_per_second_per_tenant - int(old.get("jobCount", self.jobs_per_second_per_tenant))
-                wanted = min(wanted - 1, max(0, room))
+                # The count as it was says how many still fit; without it, try one job fewer.
+                count = to_item(error.response.get("Item", {})).get("jobCount")  # type: ignore[arg-type]
+                room = wanted - 1 if count is None else self.jobs_per_second_per_tenant - int(count)
+                wanted = max(0, min(wanted - 1, room))
                 continue
             return Permit(tenant_id, second, wanted)
         return Permit(tenant_id, second, 0)
