@@ -412,7 +412,7 @@ class Agents:
                             self.submissions.batch_accepted += 1
                             if not result["created"]:
                                 self.submissions.repeats_absorbed += 1
-                    elif result["statusCode"] >= 500:
+                    elif result["statusCode"] >= 500 or result["statusCode"] == 429:  # a quota: wait and resend
                         retry.append(job)
                     else:
                         with self.submissions.lock:

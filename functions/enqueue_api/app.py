@@ -3,11 +3,14 @@
     POST /jobs           body: {"jobId", "workspaceId", "type", "payload"}
                          202 accepted, or already accepted with the same payload ("created": false)
                          409 the jobId is taken by another job of the tenant; 404 a workspace the tenant has not
-                         registered (another tenant's answers the same); 400, 413, 415, 422 a request to fix; 503 retry
+                         registered (another tenant's answers the same); 429 a job quota (the tenant's jobs per
+                         second, the workspace's queued jobs) is used up: send again after Retry-After; 400, 413, 415,
+                         422 a request to fix; 503 retry
     POST /jobs:batch     body: {"jobs": [1 to 10 jobs, each as POST /jobs takes it]}
                          200 {"results": [one per job, in request order: jobId, statusCode (202 accepted, "created"
-                         false for a repeat; 409; 404; 413; 503 retry that job), status, messageId, sequenceNumber,
-                         created, message]}; 400, 413, 415, 422 a batch to fix (nothing accepted); 503 retry the batch
+                         false for a repeat; 409; 404; 413; 429 a quota, see Retry-After; 503 retry that job),
+                         status, messageId, sequenceNumber, created, message]}; 400, 413, 415, 422 a batch to fix
+                         (nothing accepted); 503 retry the batch
     GET  /jobs/{jobId}   200 the job's public state and history; 404 no job of the tenant by that id; 422 bad id
     PUT  /workspaces/{workspaceId}
                          body: {"remoteUrl", "branch", "baseBranch", "testCommands", "tokenParameter",
@@ -98,6 +101,7 @@ from agent_jobs.producer import (
     enqueue_job,
     enqueue_jobs,
 )
+from agent_jobs.quotas import JobQuotas, QuotaExceededError
 from agent_jobs.resume import resume_workspace
 from agent_jobs.services import Services, build_services
 from agent_jobs.settings import Settings
@@ -548,6 +552,15 @@ def public_workspace_status_view(status: WorkspaceStatus, last_applied_job_id: s
     return view
 
 
+def job_quotas(svc: Services) -> JobQuotas:
+    return JobQuotas(
+        svc.dynamodb,
+        svc.settings.table_name,
+        jobs_per_second_per_tenant=svc.settings.max_jobs_per_second_per_tenant,
+        queued_jobs_per_workspace=svc.settings.max_queued_jobs_per_workspace,
+    )
+
+
 def workspace_registry(svc: Services) -> WorkspaceRegistry:
     return WorkspaceRegistry(
         svc.dynamodb, svc.settings.table_name, max_workspaces_per_tenant=svc.settings.max_workspaces_per_tenant
@@ -716,8 +729,8 @@ class BatchItemView(_View):
     status_code: int = Field(
         description="What POST /jobs would answer for this job alone: 202 accepted (`created` false: a repeat of a job "
         "already accepted with the same payload), 409 the jobId is taken by another job, 403 another tenant's "
-        "workspace, 404 a workspace not registered yet, 413 too large, 503 the queue did not take it (send the "
-        "same job again)."
+        "workspace, 404 a workspace not registered yet, 413 too large, 429 a quota refused it (send it again after "
+        "the answer's Retry-After), 503 the queue did not take it (send the same job again)."
     )
     status: str | None
     message_id: str | None
@@ -825,7 +838,10 @@ _REFUSAL_DESCRIPTIONS: Final = {
     413: "The body is over the size limit.",
     415: "The body is not JSON.",
     422: "A field or parameter is invalid; `errors` names each one.",
-    429: "The tenant's workspace quota is used up; the message says how to raise it.",
+    429: (
+        "A quota of the tenant is used up (workspaces, new jobs per second, jobs queued in the workspace); the "
+        "message names it and how to raise it."
+    ),
     503: "The job store or queue is unavailable; retry the same request (see Retry-After).",
 }
 
@@ -834,9 +850,11 @@ def answers(
     success: Mapping[int, tuple[str, type[BaseModel]]],
     refusals: Sequence[int],
     models: Mapping[int, type[BaseModel]] | None = None,
+    retry_after: Sequence[int] = (HTTPStatus.SERVICE_UNAVAILABLE,),
 ) -> dict[int, OpenAPIResponse]:
     """A route's `responses`: each success status with its description and model, then each refusal status with
-    the API's error answer (`{"message", "errors"?}`) unless `models` names another model for it."""
+    the API's error answer (`{"message", "errors"?}`) unless `models` names another model for it. The statuses of
+    `retry_after` carry a Retry-After header."""
     documented: dict[int, OpenAPIResponse] = {}
     for status, (description, model) in success.items():
         documented[status] = {"description": description, "content": {JSON_MEDIA_TYPE: {"model": model}}}
@@ -846,10 +864,11 @@ def answers(
             "description": _REFUSAL_DESCRIPTIONS[status],
             "content": {JSON_MEDIA_TYPE: {"model": model}},
         }
-    if HTTPStatus.SERVICE_UNAVAILABLE in documented:
-        documented[HTTPStatus.SERVICE_UNAVAILABLE]["headers"] = {
-            "Retry-After": {"description": "Seconds to wait before retrying.", "schema": {"type": "string"}}
-        }
+    for waiting_helps in retry_after:
+        if waiting_helps in documented:
+            documented[waiting_helps]["headers"] = {
+                "Retry-After": {"description": "Seconds to wait before retrying.", "schema": {"type": "string"}}
+            }
     return documented
 
 
@@ -972,8 +991,9 @@ def _drop_unreferenced_schemas(document: dict[str, Any]) -> None:
     summary="Submit a job to a workspace",
     responses=answers(
         {202: ("Accepted, or already accepted with the same payload (`created` false).", JobAcceptedView)},
-        (400, 401, 403, 404, 409, 413, 415, 422, 503),
+        (400, 401, 403, 404, 409, 413, 415, 422, 429, 503),
         models={409: ConflictView},
+        retry_after=(HTTPStatus.TOO_MANY_REQUESTS, HTTPStatus.SERVICE_UNAVAILABLE),
     ),
     openapi_extensions=json_request_body(JobRequest, "A job: its jobId, workspaceId, type and the type's payload."),
 )
@@ -993,6 +1013,13 @@ def submit_job() -> Response[Any]:
             queue_url=svc.settings.queue_url,
             payloads=svc.payloads,
             inline_limit_bytes=svc.settings.inline_message_limit_bytes,
+            quotas=job_quotas(svc),
+        )
+    except QuotaExceededError as quota:
+        logger.info("job quota used up", extra={"parameter": quota.parameter, "limit": quota.limit})
+        metrics.add_metric(name="JobsRefusedByQuota", unit=MetricUnit.Count, value=1)
+        return _json_response(
+            HTTPStatus.TOO_MANY_REQUESTS, {"message": str(quota)}, headers={"Retry-After": str(quota.retry_after)}
         )
     except PayloadTooLargeError as too_large:
         raise RequestRefused(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, str(too_large)) from None
@@ -1036,17 +1063,21 @@ def submit_jobs() -> Response[Any]:
         queue_url=svc.settings.queue_url,
         payloads=svc.payloads,
         inline_limit_bytes=svc.settings.inline_message_limit_bytes,
+        quotas=job_quotas(svc),
     )
     counts = {
         "JobsAccepted": sum(1 for r in results if r.accepted and r.created),
         "JobsResubmitted": sum(1 for r in results if r.accepted and not r.created),
         "JobsConflict": sum(1 for r in results if r.status_code == HTTPStatus.CONFLICT),
+        "JobsRefusedByQuota": sum(1 for r in results if r.status_code == HTTPStatus.TOO_MANY_REQUESTS),
     }
     for name, value in counts.items():
         if value:
             metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
     logger.info("batch processed", extra={"statusCodes": [r.status_code for r in results]})
-    return _json_response(HTTPStatus.OK, {"results": [r.as_response() for r in results]})
+    waits = [r.retry_after for r in results if r.retry_after is not None]
+    headers = {"Retry-After": str(max(waits))} if waits else None
+    return _json_response(HTTPStatus.OK, {"results": [r.as_response() for r in results]}, headers=headers)
 
 
 @app.get(

@@ -214,6 +214,35 @@ def test_http_api_writes_json_access_logs_to_a_log_group_with_retention(model: T
     assert fields["integrationLatency"] == "$context.integrationLatency"
 
 
+# ---- function logs ------------------------------------------------------------------------------------------------
+
+# The retention periods CloudWatch Logs accepts (PutRetentionPolicy).
+CLOUDWATCH_RETENTION_DAYS = {
+    *(1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653)
+}
+
+
+def test_every_function_logs_to_a_declared_log_group_kept_for_log_retention_days(model: TemplateModel) -> None:
+    functions = model.resources_of_type("AWS::Serverless::Function")
+    assert {"EnqueueApiFunction", "JobWorkerFunction", "TestSandboxFunction"} <= set(functions)
+    names = set()
+    for function_id in functions:
+        # LoggingConfig makes the declared group the one Lambda writes to (and the function depend on it, so the
+        # group exists before the first line); without it Lambda makes /aws/lambda/<name> and keeps it forever.
+        log_group = model.function_properties(function_id).get("LoggingConfig", {}).get("LogGroup")
+        assert isinstance(log_group, dict), f"{function_id} has no LoggingConfig.LogGroup"
+        assert set(log_group) == {"Ref"}, function_id
+        group = model.resource(log_group["Ref"], "AWS::Logs::LogGroup")["Properties"]
+        assert group["RetentionInDays"] == {"Ref": "LogRetentionDays"}, function_id
+        name = model.resolve(group["LogGroupName"])
+        assert name.startswith("/aws/lambda/agent-jobs-test-"), function_id
+        names.add(name)
+    assert len(names) == len(functions)  # a group of its own for each function
+    parameter = model.template["Parameters"]["LogRetentionDays"]
+    assert set(parameter["AllowedValues"]) == CLOUDWATCH_RETENTION_DAYS
+    assert int(model.parameters["LogRetentionDays"]) in CLOUDWATCH_RETENTION_DAYS
+
+
 # ---- the security scan --------------------------------------------------------------------------------------------
 
 

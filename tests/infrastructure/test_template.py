@@ -255,10 +255,11 @@ def test_policies_grant_what_each_function_needs(template: Template) -> None:
         "sqs:SendMessage",
         "s3:PutObject",
     }
-    # the API queries two indexes (timeline, halted list), never the table or the parked index
+    # the API queries three indexes (timeline, halted list, queued-jobs quota), never the table or the parked index
     api_queries = [s for s in _statements(template, "EnqueueApiFunction") if "dynamodb:Query" in s["Action"]]
     assert sorted(str(s["Resource"]) for s in api_queries) == sorted(
-        str({"Fn::Sub": f"${{JobsTable.Arn}}/index/{name}"}) for name in ("byWorkspace", "haltedByTenant")
+        str({"Fn::Sub": f"${{JobsTable.Arn}}/index/{name}"})
+        for name in ("byWorkspace", "haltedByTenant", "pendingByWorkspace")
     )
     assert actions("JobWorkerFunction") == {
         "dynamodb:UpdateItem",
@@ -354,6 +355,23 @@ def test_alarms_watch_dead_letter_depth_and_oldest_message_age(model: TemplateMo
     assert check_alarms(model) == []
     assert _props(model.template, "OldestMessageAgeAlarm")["Threshold"] == {"Ref": "OldestMessageAgeAlarmSeconds"}
     assert model.parameters["OldestMessageAgeAlarmSeconds"] == "900"
+
+
+def _readme_section(title: str) -> str:
+    return (REPO / "README.md").read_text().split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_readme_configuration_names_every_template_parameter(template: Template) -> None:
+    section = _readme_section("Configuration")
+    assert [name for name in template["Parameters"] if f"`{name}`" not in section] == []
+
+
+def test_readme_says_how_to_raise_each_quota(template: Template) -> None:
+    quotas = (REPO / "README.md").read_text().split("\n### Quotas\n", 1)[1].split("\n## ", 1)[0]
+    assert "--parameter-overrides" in quotas
+    for parameter in ("MaxWorkspacesPerTenant", "MaxJobsPerSecondPerTenant", "MaxQueuedJobsPerWorkspace"):
+        assert parameter in template["Parameters"]
+        assert f"`{parameter}`" in quotas, parameter
 
 
 # --- The documented settings ---------------------------------------------------------------------------------------

@@ -71,7 +71,7 @@ def test_sandbox_log_group_is_its_own_with_a_retention(template: Template) -> No
     assert sandbox["FunctionName"] == {"Fn::Sub": "${AWS::StackName}-test-sandbox"}
     assert group["LogGroupName"] == {"Fn::Sub": "/aws/lambda/${AWS::StackName}-test-sandbox"}
     assert sandbox["LoggingConfig"] == {"LogGroup": {"Ref": "TestSandboxLogGroup"}}
-    assert group["RetentionInDays"] >= 1
+    assert group["RetentionInDays"] == {"Ref": "LogRetentionDays"}
 
 
 def test_sandbox_timeout_memory_and_storage_are_bounded_parameters(template: Template, model: TemplateModel) -> None:

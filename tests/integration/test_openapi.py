@@ -81,7 +81,7 @@ def test_openapi_documents_every_operations_answers(document: dict[str, Any]) ->
 def test_openapi_status_codes_are_those_each_route_answers(document: dict[str, Any]) -> None:
     statuses = {key: set(operation["responses"]) for key, operation in operations(document).items()}
 
-    assert statuses[("POST", "/jobs")] == {"202", "400", "401", "403", "404", "409", "413", "415", "422", "503"}
+    assert statuses[("POST", "/jobs")] == {"202", "400", "401", "403", "404", "409", "413", "415", "422", "429", "503"}
     assert statuses[("POST", "/jobs:batch")] == {"200", "400", "401", "403", "413", "415", "422", "503"}
     assert statuses[("GET", "/jobs/{jobId}")] == {"200", "401", "403", "404", "422", "503"}
     assert statuses[("PUT", "/workspaces/{workspaceId}")] == {
@@ -241,3 +241,9 @@ def test_openapi_leaves_the_apis_own_validation_answers_in_place(
     assert "detail" not in invalid.body
     assert unknown.status == 422
     assert unknown.field_errors()["type"].startswith("unknown job type 'rm_rf'")
+
+
+def test_openapi_documents_retry_after_where_waiting_clears_a_429(document: dict[str, Any]) -> None:
+    # A job quota clears by itself (the next second, settled jobs); the workspace quota only when raised.
+    assert "Retry-After" in operations(document)[("POST", "/jobs")]["responses"]["429"]["headers"]
+    assert "headers" not in operations(document)[("PUT", "/workspaces/{workspaceId}")]["responses"]["429"]

@@ -98,3 +98,76 @@ def test_enqueue_p99_compares_the_first_and_the_last_fifth_of_the_requests_in_se
     assert first == pytest.approx(50)
     assert last == pytest.approx(30)
     assert Submissions().enqueue_p99_ms() is None  # too few requests to say
+
+
+class QuotaApi:
+    """POST /jobs:batch on 127.0.0.1 that answers the last job of each first batch 429 (a job quota), as the API does
+    for the jobs beyond the tenant's jobs per second, and every other job 202; records every batch it received."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[str]] = []
+        self._lock = threading.Lock()
+        api = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                jobs = json.loads(self.rfile.read(int(self.headers["Content-Length"])))["jobs"]
+                job_ids = [job["jobId"] for job in jobs]
+                with api._lock:
+                    seen = {job_id for batch in api.batches for job_id in batch}
+                    api.batches.append(job_ids)
+                refused = job_ids[-1] if len(job_ids) > 1 and job_ids[-1] not in seen else None
+                results = [
+                    {"jobId": job_id, "statusCode": 429, "created": False, "message": "MaxJobsPerSecondPerTenant"}
+                    if job_id == refused
+                    else {"jobId": job_id, "statusCode": 202, "created": True}
+                    for job_id in job_ids
+                ]
+                payload = json.dumps({"results": results}).encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(payload)))
+                self.send_header("Retry-After", "1")
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
+
+
+@pytest.fixture
+def quota_api() -> Iterator[QuotaApi]:
+    api = QuotaApi()
+    yield api
+    api.server.shutdown()
+    api.server.server_close()
+
+
+def test_batch_agents_send_a_job_a_quota_refused_again(quota_api: QuotaApi) -> None:
+    # Given a batch agent, and an API that answers the last job of its first batch 429
+    config = WorkloadConfig(
+        jobs=4,
+        workspaces=2,
+        agents=1,
+        batch_agents=1,
+        crashes_per_kind=0,
+        slow_jobs=0,
+        raw_redeliveries=0,
+        poison=False,
+    )
+    plan = make_plan(config)
+    plan.duplicate_sends.clear()
+    plan.lost_responses.clear()
+    agents = Agents(plan, quota_api.url, sqs=None, queue_url="")  # type: ignore[arg-type]  # no raw sends planned
+
+    # When it submits every job
+    submissions = agents.run()
+
+    # Then the refused job was sent again on its own and accepted: no job is reported lost
+    assert submissions.errors == []
+    first, again = quota_api.batches
+    assert again == first[-1:]
+    assert sorted(job_id for jobs in submissions.accepted.values() for job_id in jobs) == sorted(first)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
@@ -11,6 +11,7 @@ from agent_jobs.guard import AcceptOutcome, AcceptResult, JobGuard
 from agent_jobs.keys import deduplication_id, workspace_group_id
 from agent_jobs.models import ApplyPatchJob, JobMessage, JobStatus, OpenPrJob, RunTestsJob, job_message
 from agent_jobs.payloads import PayloadStore, message_body
+from agent_jobs.quotas import Admission, JobQuotas, QuotaExceededError
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs.client import SQSClient
@@ -86,6 +87,7 @@ def enqueue_job(
     queue_url: str,
     payloads: PayloadStore | None = None,
     inline_limit_bytes: int = DEFAULT_INLINE_MESSAGE_LIMIT_BYTES,
+    quotas: JobQuotas | None = None,
 ) -> EnqueueResult:
     """Accept a job exactly once per jobId.
 
@@ -100,7 +102,14 @@ def enqueue_job(
     A message body above `inline_limit_bytes` is sent as a pointer: the payload is stored in `payloads` first (so no
     QUEUED record or message ever points at an object that is not there; storing is idempotent), then the job is
     recorded and the pointer message sent. Without a payload store such a job raises PayloadTooLargeError.
+
+    With `quotas`, a new job is refused when its workspace has MaxQueuedJobsPerWorkspace jobs pending
+    (WorkspaceQueueFullError) or its tenant had MaxJobsPerSecondPerTenant new jobs accepted this second
+    (TenantRateLimitError): nothing is recorded or sent. A repeat of an accepted job is answered as always.
     """
+    admission = _admit([job], tenant_id, guard, quotas)
+    if admission is not None and admission.refused:
+        raise admission.refused[0]
     message = job_message(job, tenant_id)
     body = message_body(message)
     size = len(body.encode())
@@ -109,7 +118,7 @@ def enqueue_job(
             raise PayloadTooLargeError(job.job_id, size, inline_limit_bytes)
         message = payloads.store(message)
         body = message_body(message)
-    accepted = guard.record_accepted(message)
+    accepted = _counted(quotas, admission, lambda: [guard.record_accepted(message)])[0]
     if accepted.outcome is AcceptOutcome.CONFLICT:
         raise JobConflictError(job.job_id)
     if accepted.outcome is AcceptOutcome.WORKSPACE_FORBIDDEN:
@@ -160,7 +169,8 @@ class BatchItemResult:
     """The outcome of one job of a batch. `status_code` is what `POST /jobs` would have answered for the job alone:
     202 accepted (`created` false: already accepted with the same payload), 409 the jobId is taken by another job of
     the tenant, 404 the workspace is not registered to the tenant (another tenant's is answered the same), 413 the job
-    is too large, 503 the queue refused the job's message (its record stays; send the same job again)."""
+    is too large, 503 the queue refused the job's message (its record stays; send the same job again), 429 a quota
+    refused it (nothing recorded; send it again after `retry_after` seconds)."""
 
     job_id: str
     status_code: int
@@ -169,6 +179,7 @@ class BatchItemResult:
     sequence_number: str | None = None
     created: bool = False
     message: str | None = None  # why, for a job that was not accepted
+    retry_after: int | None = None  # seconds to wait before sending a job a quota refused (429) again
 
     @property
     def accepted(self) -> bool:
@@ -203,6 +214,7 @@ def enqueue_jobs(
     queue_url: str,
     payloads: PayloadStore | None = None,
     inline_limit_bytes: int = DEFAULT_INLINE_MESSAGE_LIMIT_BYTES,
+    quotas: JobQuotas | None = None,
 ) -> list[BatchItemResult]:
     """Accept up to MAX_BATCH_JOBS jobs at once, each exactly once per jobId: one result per job, in `jobs` order.
 
@@ -217,12 +229,21 @@ def enqueue_jobs(
     sent (503 too). Raises InvalidBatchError for an empty batch, one
     above MAX_BATCH_JOBS or one naming a jobId twice (nothing recorded or sent); AWS errors propagate (retrying the
     whole batch is safe).
+
+    With `quotas`, the batch counts each of its new jobs: those beyond what their workspace may still queue, or
+    beyond the tenant's jobs per second, are 429 (nothing recorded or sent), the later ones of the batch first; the
+    jobs before them are accepted. Repeats of accepted jobs are answered as always and count nothing.
     """
     _check_batch(jobs)
-    results, pending = _prepare(jobs, tenant_id, payloads, inline_limit_bytes)
+    admission = _admit(jobs, tenant_id, guard, quotas)
+    refused = {
+        index: _quota_refused(jobs[index], error) for index, error in (admission.refused if admission else {}).items()
+    }
+    results, pending = _prepare(jobs, tenant_id, payloads, inline_limit_bytes, skip=refused)
 
     to_send: list[tuple[_Pending, AcceptResult]] = []
-    accepted = guard.record_accepted_batch([item.message for item in pending]) if pending else []
+    messages = [item.message for item in pending]
+    accepted = _counted(quotas, admission, lambda: guard.record_accepted_batch(messages) if messages else [])
     for item, outcome in zip(pending, accepted, strict=True):
         answered = _answer_known(item.job, outcome)
         if answered is None:
@@ -291,16 +312,55 @@ def _check_batch(jobs: Sequence[ApplyPatchJob | RunTestsJob | OpenPrJob]) -> Non
         seen.add(job.job_id)
 
 
+def _admit(
+    jobs: Sequence[ApplyPatchJob | RunTestsJob | OpenPrJob], tenant_id: str, guard: JobGuard, quotas: JobQuotas | None
+) -> Admission | None:
+    """The quotas' decision on `jobs` (None without quotas): a job already recorded is never refused."""
+    if quotas is None:
+        return None
+    return quotas.admit(
+        [(job.job_id, job.workspace_id) for job in jobs],
+        tenant_id,
+        lambda job_id: guard.get_job(tenant_id, job_id) is not None,
+    )
+
+
+def _counted(
+    quotas: JobQuotas | None, admission: Admission | None, record: Callable[[], list[AcceptResult]]
+) -> list[AcceptResult]:
+    """`record()`, then the tenant's count given back for every job it did not record as new (repeats, refusals),
+    or for all of them when it fails."""
+    try:
+        accepted = record()
+    except BaseException:
+        if quotas is not None and admission is not None:
+            quotas.give_back(admission.permit, admission.permit.taken)
+        raise
+    if quotas is not None and admission is not None:
+        new = sum(1 for outcome in accepted if outcome.outcome is AcceptOutcome.NEW)
+        quotas.give_back(admission.permit, admission.permit.taken - new)
+    return accepted
+
+
+def _quota_refused(job: ApplyPatchJob | RunTestsJob | OpenPrJob, error: QuotaExceededError) -> BatchItemResult:
+    return BatchItemResult(job.job_id, HTTPStatus.TOO_MANY_REQUESTS, message=str(error), retry_after=error.retry_after)
+
+
 def _prepare(
     jobs: Sequence[ApplyPatchJob | RunTestsJob | OpenPrJob],
     tenant_id: str,
     payloads: PayloadStore | None,
     inline_limit_bytes: int,
+    *,
+    skip: Mapping[int, BatchItemResult] | None = None,
 ) -> tuple[dict[int, BatchItemResult], list[_Pending]]:
-    """Each job's message, its payload stored first when the message is too large (a 413 result without a store)."""
-    results: dict[int, BatchItemResult] = {}
+    """Each job's message, its payload stored first when the message is too large (a 413 result without a store).
+    The jobs of `skip` keep the results given there."""
+    results: dict[int, BatchItemResult] = dict(skip or {})
     pending: list[_Pending] = []
     for index, job in enumerate(jobs):
+        if index in results:
+            continue
         message = job_message(job, tenant_id)
         body = message_body(message)
         size = len(body.encode())

@@ -69,6 +69,10 @@ class Settings(BaseSettings):
     allowed_private_hosts: str = ""
     # First registrations a tenant may make (updates of a registration do not count).
     max_workspaces_per_tenant: Annotated[int, Field(ge=1)] = 100
+    # New jobs a tenant may have accepted in one second (a batch counts each job; repeats count nothing).
+    max_jobs_per_second_per_tenant: Annotated[int, Field(ge=1)] = 25
+    # Jobs of a workspace accepted and not yet settled; a count of the pending index up to it precedes each accept.
+    max_queued_jobs_per_workspace: Annotated[int, Field(ge=1, le=10_000)] = 200
     # How many message groups (workspaces) of one batch the worker runs at once, each group's records in order on its
     # own thread. A batch holds at most 10 records; 1 runs the batch as one sequential loop.
     group_concurrency: Annotated[int, Field(ge=1, le=10)] = 10
