@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
 
+from agent_jobs.patch_limits import PatchLimits
 from agent_jobs.services import build_services
 from agent_jobs.tenancy import TenantBounds
 from agent_jobs.workspaces import WorkspaceRegistry
@@ -38,6 +39,8 @@ def worker() -> BatchWorker:
                 Path(services.settings.workspaces_root),
                 # Tokens, file-system remotes and hosts only within the workspace owner's bounds.
                 bounds=TenantBounds.from_settings(services.settings),
+                # Patches within PATCH_MAX_BYTES, PATCH_MAX_HUNKS and PATCH_SEARCH_WINDOW_LINES.
+                patch_limits=PatchLimits.from_settings(services.settings),
             ),
             logger=logger,
             metrics=metrics,

@@ -49,3 +49,19 @@ def test_settings_allow_claims_lost_to_crashes_up_to_the_last_deliveries():
     assert [n for n in range(1, 11) if settings.near_delivery_limit(n)] == [8, 9, 10]
     # a queue that redrives early leaves no claims beyond the failed attempts
     assert Settings(table_name="t", queue_url="q", max_attempts=3, max_receive_count=5).max_claims == 3
+
+
+def test_settings_read_the_patch_limits_from_the_environment(monkeypatch: pytest.MonkeyPatch):
+    from agent_jobs.patch_limits import PatchLimits
+
+    monkeypatch.setenv("PATCH_MAX_BYTES", "2048")
+    monkeypatch.setenv("PATCH_MAX_HUNKS", "7")
+    monkeypatch.setenv("PATCH_SEARCH_WINDOW_LINES", "0")
+
+    limits = PatchLimits.from_settings(Settings(table_name="t", queue_url="q"))
+
+    assert limits == PatchLimits(max_bytes=2048, max_hunks=7, search_window_lines=0)
+    monkeypatch.delenv("PATCH_MAX_BYTES")
+    monkeypatch.delenv("PATCH_MAX_HUNKS")
+    monkeypatch.delenv("PATCH_SEARCH_WINDOW_LINES")
+    assert PatchLimits.from_settings(Settings(table_name="t", queue_url="q")) == PatchLimits()

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from agent_jobs.patch_limits import PatchLimits
 from agent_jobs.tenancy import TenantBounds
 from jobs.errors import PermanentJobError
 
@@ -36,8 +37,10 @@ class RegisteredWorkspaceStore:
         tokens: Callable[[str], str] | None = None,
         clock: Callable[[], float] = time.monotonic,
         bounds: TenantBounds | None = None,
+        patch_limits: PatchLimits | None = None,
     ) -> None:
         self._registry = registry
+        self.patch_limits = patch_limits or PatchLimits()
         self.bounds = bounds or TenantBounds()
         self._tokens = tokens or _read_token
         self._clock = clock
@@ -51,7 +54,7 @@ class RegisteredWorkspaceStore:
         if self._git_store is None:
             from jobs.git_workspace import GitWorkspaceStore
 
-            self._git_store = GitWorkspaceStore(self._cache_root, self._remote)
+            self._git_store = GitWorkspaceStore(self._cache_root, self._remote, self.patch_limits)
         return self._git_store
 
     def registration(self, workspace_id: str) -> RegisteredWorkspace:
