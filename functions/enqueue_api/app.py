@@ -314,6 +314,7 @@ def parse_job_batch(event: APIGatewayProxyEventV2, settings: Settings) -> list[J
         items = []
     jobs: list[Job] = []
     first_index: dict[str, int] = {}
+    uncounted = 0  # errors of a job beyond the MAX_FIELD_ERRORS its refusal kept
     for index, item in enumerate(items):
         if not isinstance(item, dict):
             errors.append({"field": f"jobs.{index}", "message": f"a job is a JSON object: {_JOB_SHAPE}"})
@@ -325,6 +326,7 @@ def parse_job_batch(event: APIGatewayProxyEventV2, settings: Settings) -> list[J
                 {"field": f"jobs.{index}.{entry['field']}", "message": entry["message"]}
                 for entry in refused.errors or []
             )
+            uncounted += refused.more_errors
             continue
         if job.job_id in first_index:
             errors.append(
@@ -337,12 +339,15 @@ def parse_job_batch(event: APIGatewayProxyEventV2, settings: Settings) -> list[J
         first_index.setdefault(job.job_id, index)
         jobs.append(job)
     if errors:
-        raise RequestRefused(
+        total = len(errors) + uncounted
+        refusal = RequestRefused(
             HTTPStatus.UNPROCESSABLE_ENTITY,
-            f"the batch is invalid ({len(errors)} {'error' if len(errors) == 1 else 'errors'}); nothing was accepted: "
+            f"the batch is invalid ({total} {'error' if total == 1 else 'errors'}); nothing was accepted: "
             "fix the fields listed in 'errors' and send the batch again",
             errors,
         )
+        refusal.more_errors += uncounted
+        raise refusal
     return jobs
 
 
