@@ -86,6 +86,7 @@ from agent_jobs.models import (
     WorkspaceRegistration,
     WorkspaceState,
     job_request_adapter,
+    test_commands_size_error,
 )
 from agent_jobs.producer import (
     MAX_BATCH_JOBS,
@@ -364,15 +365,19 @@ def parse_workspace_registration(event: APIGatewayProxyEventV2, settings: Settin
         too_large="(the same limit as a job's); send fewer or shorter test commands",
     )
     try:
-        return WorkspaceRegistration.model_validate(document)
+        registration = WorkspaceRegistration.model_validate(document)
+        too_large = test_commands_size_error(registration)
+        errors = [{"field": "testCommands", "message": too_large}] if too_large else []
     except ValidationError as error:
         errors = [_field_error(detail) for detail in error.errors(include_input=False, include_url=False)]
+    if errors:
         raise RequestRefused(
             HTTPStatus.UNPROCESSABLE_ENTITY,
             f"the workspace registration is invalid ({len(errors)} {'error' if len(errors) == 1 else 'errors'}); fix "
             "the fields listed in 'errors' and send it again",
             errors,
-        ) from None
+        )
+    return registration
 
 
 def _json_object_body(
@@ -1371,8 +1376,27 @@ def refused(error: RequestRefused) -> Response[Any]:
     return _json_response(error.status, body)
 
 
+def _is_item_too_large(error: Exception) -> bool:
+    """DynamoDB refused a write for an item over its size limit: a request that can never succeed as sent."""
+    if not isinstance(error, ClientError):
+        return False
+    details = error.response.get("Error", {})
+    return details.get("Code") == "ValidationException" and "size" in str(details.get("Message", "")).lower()
+
+
 @app.exception_handler([ClientError, AwsConnectionError, HTTPClientError])  # type: ignore[untyped-decorator]
 def aws_unavailable(error: Exception) -> Response[Any]:
+    if _is_item_too_large(error):
+        # Never a 503: the same request would be refused again, and a client told to retry would retry forever.
+        logger.exception("a record of this request is larger than a DynamoDB item")
+        answer: Response[Any] = refused(
+            RequestRefused(
+                HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+                "the request makes a record larger than the job store holds (a DynamoDB item is at most 400 KB); "
+                "send it smaller: shorter fields, fewer or shorter test commands",
+            )
+        )
+        return answer
     logger.exception("AWS call failed")
     metrics.add_metric(name="ServiceUnavailable", unit=MetricUnit.Count, value=1)
     event = app.current_event

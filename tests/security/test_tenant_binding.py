@@ -14,8 +14,9 @@ from typing import Any
 
 import pytest
 from aws_lambda_powertools import Logger, Metrics
+from botocore.exceptions import ClientError
 
-from agent_jobs.models import JobStatus, WorkspaceRegistration, job_message
+from agent_jobs.models import MAX_TEST_COMMANDS_BYTES, JobStatus, WorkspaceRegistration, job_message
 from agent_jobs.producer import WorkspaceUnregisteredError, enqueue_job
 from agent_jobs.tenancy import TenantBounds, non_public_reason
 from agent_jobs.workspaces import WorkspaceQuotaError, WorkspaceRegistry
@@ -434,6 +435,53 @@ def test_a_body_with_200000_unknown_keys_gets_a_small_422(api: Api, route: str, 
     assert size < 10_000
     assert len(answer.body["errors"]) == app.MAX_FIELD_ERRORS
     assert answer.body["moreErrors"] == keys - app.MAX_FIELD_ERRORS
+
+
+def test_a_registration_too_large_for_a_workspace_item_is_refused_not_retried(api: Api, remotes_root: Path) -> None:
+    # Given a registration of about 1 MB of test commands: 20 commands of 50 arguments of 1,000 characters, each within
+    # its own limits, but more than a DynamoDB item (400 KB) holds
+    commands = {f"suite-{n}": [f"{n:02}" + "x" * 998] * 50 for n in range(20)}
+    body = register_body(f"{remotes_root}/acme/repo.git", testCommands=commands)
+
+    answer = put(api, "acme-repo", body)
+
+    # Then it is refused for good, naming the limit: a 503 would have the client retry it forever
+    assert answer.status == 422, answer.body
+    assert answer.body["errors"] == [
+        {
+            "field": "testCommands",
+            "message": f"the test commands hold 1,000,000 bytes; the limit is {MAX_TEST_COMMANDS_BYTES:,} bytes of "
+            "arguments in all (a registration is stored as one DynamoDB item, at most 400 KB): register shorter "
+            "commands, e.g. a script in the repository that runs the suite",
+        }
+    ]
+    assert api.stack.workspace("acme-repo") is None
+    # One of exactly the limit is registered
+    within = {"a": ["x" * 1000] * 50, "b": ["x" * 1000] * 15 + ["x" * (MAX_TEST_COMMANDS_BYTES - 65_000)]}
+    assert put(api, "acme-repo", register_body(f"{remotes_root}/acme/repo.git", testCommands=within)).status == 201
+
+
+@pytest.mark.parametrize("route", ["job", "workspace"])
+def test_a_write_refused_for_the_item_size_is_a_413_never_a_503(
+    api: Api, route: str, remotes_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a store that refuses the request's write for its size, as DynamoDB does above 400 KB
+    def too_large(*args: Any, **kwargs: Any) -> Any:
+        error = {"Error": {"Code": "ValidationException", "Message": "Item size has exceeded the maximum allowed size"}}
+        raise ClientError(error, "PutItem")  # type: ignore[arg-type]
+
+    register_workspace(api.stack, "acme-repo", "acme")
+    monkeypatch.setattr(WorkspaceRegistry, "register", too_large)
+    monkeypatch.setattr(app, "enqueue_job", too_large)
+    if route == "job":
+        answer = api.invoke(post_event(job_body("j-1", "acme-repo"), claims=VICTIM), register=False)
+    else:
+        answer = put(api, "acme-repo", register_body(f"{remotes_root}/acme/repo.git"))
+
+    # Then the client is told to send less, not to retry the same request
+    assert answer.status == 413
+    assert "400 KB" in answer.body["message"]
+    assert "Retry-After" not in answer.headers
 
 
 # ---- 7. a workspace quota per tenant ------------------------------------------------------------------------------
