@@ -88,6 +88,7 @@ from agent_jobs.models import (
     job_request_adapter,
     test_commands_size_error,
 )
+from agent_jobs.patch_limits import PatchLimits, patch_bytes_error, patch_hunks_error
 from agent_jobs.producer import (
     MAX_BATCH_JOBS,
     JobConflictError,
@@ -283,7 +284,25 @@ def _too_large_advice(settings: Settings) -> str:
 def parse_job_request(event: APIGatewayProxyEventV2, settings: Settings) -> Job:
     """The job in the request body, or RequestRefused (415, 413, 400 or 422) naming what to fix."""
     document = _json_object_body(event, settings, shape=f"a job: {_JOB_SHAPE}", too_large=_too_large_advice(settings))
-    return _validate_job(document)
+    job = _validate_job(document)
+    errors = _patch_limit_errors(job, settings)
+    if errors:
+        raise RequestRefused(
+            HTTPStatus.UNPROCESSABLE_ENTITY,
+            "the job is invalid (1 error); fix the fields listed in 'errors' and send it again",
+            errors,
+        )
+    return job
+
+
+def _patch_limit_errors(job: Job, settings: Settings, prefix: str = "") -> list[dict[str, str]]:
+    """An apply_patch job's patch over PATCH_MAX_BYTES or PATCH_MAX_HUNKS, as a field error: refused here rather than
+    accepted to end DEAD in the worker."""
+    if not isinstance(job, ApplyPatchJob):
+        return []
+    limits = PatchLimits.from_settings(settings)
+    error = patch_bytes_error(job.payload.patch, limits) or patch_hunks_error(job.payload.patch, limits)
+    return [{"field": f"{prefix}payload.patch", "message": error}] if error else []
 
 
 def batch_body_limit_bytes(settings: Settings) -> int:
@@ -338,6 +357,7 @@ def parse_job_batch(event: APIGatewayProxyEventV2, settings: Settings) -> list[J
                 }
             )
         first_index.setdefault(job.job_id, index)
+        errors.extend(_patch_limit_errors(job, settings, f"jobs.{index}."))
         jobs.append(job)
     if errors:
         total = len(errors) + uncounted

@@ -484,6 +484,38 @@ def test_a_write_refused_for_the_item_size_is_a_413_never_a_503(
     assert "Retry-After" not in answer.headers
 
 
+@pytest.mark.parametrize(
+    ("env", "limit"),
+    [
+        ({"PATCH_MAX_BYTES": "1024"}, "the limit is 1024 bytes (PATCH_MAX_BYTES)"),
+        ({"PATCH_MAX_HUNKS": "2"}, "the patch has 3 hunks; the limit is 2 (PATCH_MAX_HUNKS)"),
+    ],
+)
+@pytest.mark.parametrize("route", ["job", "batch"])
+def test_a_patch_over_a_limit_is_refused_at_enqueue(
+    api: Api, route: str, env: dict[str, str], limit: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a patch of 3 hunks and over 1 KiB, which the worker would refuse with these limits
+    use_environment(monkeypatch, env)
+    hunks = [f"@@ -{n},1 +{n},1 @@\n-{'x' * 200} {n}\n+{'y' * 200} {n}\n" for n in (1, 3, 5)]
+    patch = "--- a/f.txt\n+++ b/f.txt\n" + "".join(hunks)
+    job = job_body("j-1", "acme-repo", payload={"patch": patch, "commitMessage": "change"})
+    register_workspace(api.stack, "acme-repo", "acme")
+
+    if route == "job":
+        answer = api.invoke(post_event(job, claims=VICTIM), register=False)
+    else:
+        answer = api.invoke(batch_event({"jobs": [job_body("j-0", "acme-repo"), job]}, claims=VICTIM), register=False)
+
+    # Then the job is refused naming the limit, and nothing is accepted or queued
+    assert answer.status == 422, answer.body
+    [error] = answer.body["errors"]
+    assert error["field"] == ("payload.patch" if route == "job" else "jobs.1.payload.patch")
+    assert limit in error["message"]
+    assert api.stack.job("j-1") is None
+    assert api.drain() == []
+
+
 # ---- 7. a workspace quota per tenant ------------------------------------------------------------------------------
 
 

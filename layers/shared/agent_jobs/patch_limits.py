@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Final
 if TYPE_CHECKING:
     from agent_jobs.settings import Settings
 
-DEFAULT_PATCH_MAX_BYTES: Final = 5_242_880
+DEFAULT_PATCH_MAX_BYTES: Final = 5_767_168  # MAX_REQUEST_BYTES: any patch the API can take at its defaults
 DEFAULT_PATCH_MAX_HUNKS: Final = 5_000
 DEFAULT_PATCH_SEARCH_WINDOW_LINES: Final = 1_000
 
