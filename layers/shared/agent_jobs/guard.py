@@ -31,7 +31,8 @@ if TYPE_CHECKING:
 Item = dict[str, Any]
 Clock = Callable[[], int]
 
-# A stored message body larger than this is truncated (DynamoDB items are capped at 400 KB).
+# A stored message body larger than this (in characters, and in UTF-8 bytes) is truncated (DynamoDB items are capped
+# at 400 KB).
 MAX_STORED_BODY_CHARS = 300_000
 # Sparse indexes (template.yaml): PARKED jobs by workspace in SequenceNumber order; halted workspaces by tenant.
 PARKED_INDEX = "parkedByWorkspace"
@@ -769,7 +770,7 @@ class JobGuard:
             ":type": str(message.type),
             ":hash": message.payload_hash,
             ":mid": message_id,
-            ":body": body[:MAX_STORED_BODY_CHARS],
+            ":body": _stored_body(body),
             ":reason": reason,
             ":pws": message.workspace_id,
             ":pseq": parked_sequence(sequence_number, now),
@@ -880,7 +881,7 @@ class JobGuard:
             ":rejected": str(JobStatus.REJECTED),
             ":wid": workspace_id,
             ":mid": message_id,
-            ":body": body[:MAX_STORED_BODY_CHARS],
+            ":body": _stored_body(body),
             ":reason": reason,
             ":now": now,
             ":empty": [],
@@ -1831,7 +1832,7 @@ class JobGuard:
         # The body is kept so that an operator can retry the job on resume (only DEAD jobs pay for storing it).
         store_body = ""
         if body is not None:
-            values[":body"] = body[:MAX_STORED_BODY_CHARS]
+            values[":body"] = _stored_body(body)
             store_body = ", body = :body"
         condition = "#status = :status"
         if expect_owner is None:
@@ -1874,3 +1875,10 @@ class JobGuard:
                 return False
             raise
         return True
+
+
+def _stored_body(body: str) -> str:
+    """`body` cut to MAX_STORED_BODY_CHARS characters and as many UTF-8 bytes: a character takes up to four bytes, and
+    a body cut by characters alone could make its item too large to write, on every delivery of its message."""
+    head = body[:MAX_STORED_BODY_CHARS].encode("utf-8", errors="replace")[:MAX_STORED_BODY_CHARS]
+    return head.decode("utf-8", errors="ignore")  # a character the cut split in two is left out
