@@ -597,3 +597,68 @@ def test_apply_patch_to_files_counts_file_sections_against_the_hunk_limit() -> N
         PatchDoesNotApplyError, match=r"the patch has 4 file sections; the limit is 3 \(PATCH_MAX_HUNKS"
     ):
         apply_patch_to_files(patch, {f"f{n}": b"x\n" for n in range(4)}.get, PatchLimits(max_hunks=3))
+
+
+def test_apply_patch_to_files_refuses_a_second_section_writing_one_file() -> None:
+    # Given a 24 KB patch of 500 sections, each changing the first line of one 1 MB file again: each section would
+    # copy the whole file (it took 3 s of CPU and kept 520 MB of contents)
+    content = b"".join(b"line %d %s\n" % (n, b"x" * 30) for n in range(25_000))
+    first = "line 0 " + "x" * 30
+    sections = [
+        line
+        for n in range(500)
+        for line in ("--- a/f.txt", "+++ b/f.txt", "@@ -1 +1 @@", f"-{first if n == 0 else f'v{n - 1}'}", f"+v{n}")
+    ]
+    patch = diff(*sections)
+
+    started = time.process_time()
+    with pytest.raises(PatchDoesNotApplyError) as raised:
+        apply_patch_to_files(patch, {"f.txt": content}.get)
+    cpu = time.process_time() - started
+    print(f"500 sections of one {len(content):,}-byte file ({len(patch):,}-byte patch): refused in {cpu:.3f} s of CPU")
+
+    # Then the second section is refused, naming the file
+    assert (raised.value.path, raised.value.hunk_number) == ("f.txt", None)
+    assert "an earlier section of the patch changes this file too" in str(raised.value)
+
+
+def test_apply_patch_to_files_lets_a_later_section_bring_back_a_file_an_earlier_one_removed() -> None:
+    # Given what git diff writes for a rename plus a new file of the old name, and for a file that becomes a symlink
+    renamed_and_replaced = diff(
+        "diff --git a/old/name.txt b/new/name.txt",
+        "similarity index 100%",
+        "rename from old/name.txt",
+        "rename to new/name.txt",
+        "diff --git a/old/name.txt b/old/name.txt",
+        "new file mode 100644",
+        "--- /dev/null",
+        "+++ b/old/name.txt",
+        "@@ -0,0 +1 @@",
+        "+moved away",
+    )
+    becomes_a_symlink = diff(
+        "diff --git a/tail.txt b/tail.txt",
+        "deleted file mode 100644",
+        "--- a/tail.txt",
+        "+++ /dev/null",
+        "@@ -1,2 +0,0 @@",
+        "-first",
+        "-last",
+        "\\ No newline at end of file",
+        "diff --git a/tail.txt b/tail.txt",
+        "new file mode 120000",
+        "--- /dev/null",
+        "+++ b/tail.txt",
+        "@@ -0,0 +1 @@",
+        "+README.md",
+        "\\ No newline at end of file",
+    )
+
+    assert apply_patch_to_files(renamed_and_replaced, SEED_FILES.get) == [
+        FileChange("new/name.txt", SEED_FILES["old/name.txt"], old_path="old/name.txt"),
+        FileChange("old/name.txt", b"moved away\n", mode=REGULAR_FILE_MODE),
+    ]
+    assert apply_patch_to_files(becomes_a_symlink, SEED_FILES.get) == [
+        FileChange("tail.txt", None),
+        FileChange("tail.txt", b"README.md", mode=0o120000),
+    ]

@@ -13,7 +13,8 @@ the file, so a hostile patch cannot hold a worker for long.
 
 Plain diffs are read as `git apply` reads them, with two differences: paths keep their first component unless it is
 the usual `a/`/`b/` prefix, and a plain diff whose hunks only add lines (`@@ -0,0 +1,N @@`) creates its file when
-the file is missing, as GNU patch does. A git-format diff says `new file mode` to create a file.
+the file is missing, as GNU patch does. A git-format diff says `new file mode` to create a file. Unlike `git apply`,
+a file one section of the patch writes cannot be changed again by a later section (git diff never writes that).
 """
 
 from __future__ import annotations
@@ -94,10 +95,22 @@ def apply_patch_to_files(
     too_large = patch_bytes_error(patch, limits) or patch_hunks_error(patch, limits)
     if too_large:
         raise PatchDoesNotApplyError(PATCH_AS_A_WHOLE, None, too_large)
-    overlay: dict[str, bytes | None] = {}  # what earlier entries of this patch did: a patch may touch a file twice
+    # What earlier entries of this patch did. A file one of them removed may come back (a rename, then a new file
+    # of the old name; a file that becomes a symlink), but one of them wrote is not written again: each such section
+    # would copy the whole file, so a small patch of many sections of one large file could take minutes and gigabytes.
+    overlay: dict[str, bytes | None] = {}
 
     def current(path: str) -> bytes | None:
-        return overlay[path] if path in overlay else read(path)
+        if path not in overlay:
+            return read(path)
+        if overlay[path] is not None:
+            raise PatchDoesNotApplyError(
+                path,
+                None,
+                "an earlier section of the patch changes this file too; send one section per file, as git "
+                "diff writes it",
+            )
+        return None
 
     changes: list[FileChange] = []
     entries = _parse(patch)
