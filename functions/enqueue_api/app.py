@@ -469,11 +469,18 @@ def _parse_json(raw: bytes) -> Any:
         raise RequestRefused(HTTPStatus.BAD_REQUEST, "the request body is JSON this API cannot read") from None
     try:
         # "\ud800" escapes decode to lone surrogates, which cannot be hashed, stored or sent: refuse them here.
-        json.dumps(document, ensure_ascii=False).encode("utf-8")
+        dumped = json.dumps(document, ensure_ascii=False)
+        dumped.encode("utf-8")
     except UnicodeEncodeError:
         raise RequestRefused(
             HTTPStatus.BAD_REQUEST, "the request body contains an unpaired surrogate escape; send valid Unicode text"
         ) from None
+    if "\ufffe" in dumped or "\uffff" in dumped:
+        # SQS refuses a message holding either (JSON escapes the other characters it refuses): never a 503 to retry.
+        raise RequestRefused(
+            HTTPStatus.BAD_REQUEST,
+            "the request body contains U+FFFE or U+FFFF, which the job queue does not accept; remove them",
+        )
     return document
 
 

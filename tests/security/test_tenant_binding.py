@@ -516,6 +516,22 @@ def test_a_patch_over_a_limit_is_refused_at_enqueue(
     assert api.drain() == []
 
 
+@pytest.mark.parametrize("character", ["\ufffe", "\uffff"])
+def test_a_character_the_queue_refuses_is_a_400_not_a_503(api: Api, character: str) -> None:
+    # Given a patch holding a character SQS refuses in a message body (JSON escapes the others it refuses)
+    register_workspace(api.stack, "acme-repo", "acme")
+    patch = f"--- a/f.txt\n+++ b/f.txt\n@@ -0,0 +1 @@\n+{character}\n"
+    job = job_body("j-1", "acme-repo", payload={"patch": patch, "commitMessage": "change"})
+
+    answer = api.invoke(post_event(job, claims=VICTIM), register=False)
+
+    # Then it is refused for good, before anything is recorded: the queue would refuse it on every retry
+    assert answer.status == 400
+    assert "U+FFFE or U+FFFF" in answer.body["message"]
+    assert api.stack.job("j-1") is None
+    assert api.drain() == []
+
+
 # ---- 7. a workspace quota per tenant ------------------------------------------------------------------------------
 
 
