@@ -193,12 +193,14 @@ class RequestRefused(Exception):
     """A request the API answers with a 4xx: the status and a message that says what to do. Of `errors`, the first
     MAX_FIELD_ERRORS are kept and the rest counted in `more_errors`."""
 
-    def __init__(self, status: HTTPStatus, message: str, errors: list[dict[str, str]] | None = None) -> None:
+    def __init__(
+        self, status: HTTPStatus, message: str, errors: list[dict[str, str]] | None = None, more_errors: int = 0
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.errors = None if errors is None else errors[:MAX_FIELD_ERRORS]
-        self.more_errors = 0 if errors is None else max(0, len(errors) - MAX_FIELD_ERRORS)
+        self.more_errors = more_errors + (0 if errors is None else max(0, len(errors) - MAX_FIELD_ERRORS))
 
 
 def _json_response(status: HTTPStatus, body: dict[str, Any], headers: dict[str, str] | None = None) -> Response[Any]:
@@ -388,14 +390,17 @@ def parse_workspace_registration(event: APIGatewayProxyEventV2, settings: Settin
         registration = WorkspaceRegistration.model_validate(document)
         too_large = test_commands_size_error(registration)
         errors = [{"field": "testCommands", "message": too_large}] if too_large else []
+        uncounted = 0
     except ValidationError as error:
-        errors = [_field_error(detail) for detail in error.errors(include_input=False, include_url=False)]
+        errors, uncounted = _field_errors(error)
     if errors:
+        total = len(errors) + uncounted
         raise RequestRefused(
             HTTPStatus.UNPROCESSABLE_ENTITY,
-            f"the workspace registration is invalid ({len(errors)} {'error' if len(errors) == 1 else 'errors'}); fix "
+            f"the workspace registration is invalid ({total} {'error' if total == 1 else 'errors'}); fix "
             "the fields listed in 'errors' and send it again",
             errors,
+            uncounted,
         )
     return registration
 
@@ -488,16 +493,25 @@ def _validate_job(document: dict[str, Any]) -> Job:
     try:
         return job_request_adapter.validate_python(document)
     except ValidationError as error:
-        errors = [_field_error(detail) for detail in error.errors(include_input=False, include_url=False)]
+        errors, uncounted = _field_errors(error)
         if any(entry["field"] == "type" for entry in errors):
             # An unknown type stops validation at the discriminator: still report the ids in the same answer.
             errors.extend(_id_errors(document))
+        total = len(errors) + uncounted
         raise RequestRefused(
             HTTPStatus.UNPROCESSABLE_ENTITY,
-            f"the job is invalid ({len(errors)} {'error' if len(errors) == 1 else 'errors'}); fix the fields listed "
+            f"the job is invalid ({total} {'error' if total == 1 else 'errors'}); fix the fields listed "
             "in 'errors' and send it again",
             errors,
+            uncounted,
         ) from None
+
+
+def _field_errors(error: ValidationError) -> tuple[list[dict[str, str]], int]:
+    """The first MAX_FIELD_ERRORS field errors of `error`, and how many more there are: a body of 200,000 bad fields
+    costs no more than counting them."""
+    details = error.errors(include_input=False, include_url=False)
+    return [_field_error(detail) for detail in details[:MAX_FIELD_ERRORS]], max(0, len(details) - MAX_FIELD_ERRORS)
 
 
 def _field_error(detail: ErrorDetails) -> dict[str, str]:
@@ -1258,11 +1272,9 @@ def parse_resume_request(event: APIGatewayProxyEventV2, settings: Settings) -> R
     try:
         return ResumeRequest.model_validate(document)
     except ValidationError as error:
-        errors = [_field_error(detail) for detail in error.errors(include_input=False, include_url=False)]
+        errors, uncounted = _field_errors(error)
         raise RequestRefused(
-            HTTPStatus.UNPROCESSABLE_ENTITY,
-            f"the resume request is invalid; send {_RESUME_SHAPE}",
-            errors,
+            HTTPStatus.UNPROCESSABLE_ENTITY, f"the resume request is invalid; send {_RESUME_SHAPE}", errors, uncounted
         ) from None
 
 
