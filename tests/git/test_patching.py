@@ -662,3 +662,31 @@ def test_apply_patch_to_files_lets_a_later_section_bring_back_a_file_an_earlier_
         FileChange("tail.txt", None),
         FileChange("tail.txt", b"README.md", mode=0o120000),
     ]
+
+
+def test_apply_patch_to_files_search_finds_what_a_line_by_line_search_finds() -> None:
+    # Given random files and hunks of few distinct lines (many near matches), each stated at a random line
+    from jobs.patching import _find  # the search itself, against the plain definition of "nearest"
+
+    def nearest(lines: list[bytes], before: list[bytes], preferred: int, cursor: int, window: int) -> int | None:
+        places = [
+            at
+            for at in range(max(cursor, preferred - window), min(len(lines) - len(before), preferred + window) + 1)
+            if lines[at : at + len(before)] == before
+        ]
+        return min(places, key=lambda at: (abs(at - preferred), at), default=None)
+
+    draw = random.Random(11)
+    for _ in range(3_000):
+        lines = [draw.choice((b"a\n", b"b\n", b"c\n")) for _ in range(draw.randint(0, 40))]
+        before = [draw.choice((b"a\n", b"b\n")) for _ in range(draw.randint(1, 4))]
+        preferred, cursor, window = draw.randint(-3, 45), draw.randint(0, 10), draw.randint(0, 30)
+
+        # Then the bounded search agrees with the plain one
+        assert _find(lines, before, preferred, cursor, window) == nearest(lines, before, preferred, cursor, window), (
+            lines,
+            before,
+            preferred,
+            cursor,
+            window,
+        )
