@@ -91,7 +91,9 @@ from agent_jobs.models import (
     WorkspaceRegistration,
     WorkspaceState,
     job_request_adapter,
+    test_commands_size_error,
 )
+from agent_jobs.patch_limits import PatchLimits, patch_bytes_error, patch_hunks_error
 from agent_jobs.producer import (
     MAX_BATCH_JOBS,
     JobConflictError,
@@ -197,12 +199,14 @@ class RequestRefused(Exception):
     """A request the API answers with a 4xx: the status and a message that says what to do. Of `errors`, the first
     MAX_FIELD_ERRORS are kept and the rest counted in `more_errors`."""
 
-    def __init__(self, status: HTTPStatus, message: str, errors: list[dict[str, str]] | None = None) -> None:
+    def __init__(
+        self, status: HTTPStatus, message: str, errors: list[dict[str, str]] | None = None, more_errors: int = 0
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.errors = None if errors is None else errors[:MAX_FIELD_ERRORS]
-        self.more_errors = 0 if errors is None else max(0, len(errors) - MAX_FIELD_ERRORS)
+        self.more_errors = more_errors + (0 if errors is None else max(0, len(errors) - MAX_FIELD_ERRORS))
 
 
 def _json_response(status: HTTPStatus, body: dict[str, Any], headers: dict[str, str] | None = None) -> Response[Any]:
@@ -288,7 +292,25 @@ def _too_large_advice(settings: Settings) -> str:
 def parse_job_request(event: APIGatewayProxyEventV2, settings: Settings) -> Job:
     """The job in the request body, or RequestRefused (415, 413, 400 or 422) naming what to fix."""
     document = _json_object_body(event, settings, shape=f"a job: {_JOB_SHAPE}", too_large=_too_large_advice(settings))
-    return _validate_job(document)
+    job = _validate_job(document)
+    errors = _patch_limit_errors(job, settings)
+    if errors:
+        raise RequestRefused(
+            HTTPStatus.UNPROCESSABLE_ENTITY,
+            "the job is invalid (1 error); fix the fields listed in 'errors' and send it again",
+            errors,
+        )
+    return job
+
+
+def _patch_limit_errors(job: Job, settings: Settings, prefix: str = "") -> list[dict[str, str]]:
+    """An apply_patch job's patch over PATCH_MAX_BYTES or PATCH_MAX_HUNKS, as a field error: refused here rather than
+    accepted to end DEAD in the worker."""
+    if not isinstance(job, ApplyPatchJob):
+        return []
+    limits = PatchLimits.from_settings(settings)
+    error = patch_bytes_error(job.payload.patch, limits) or patch_hunks_error(job.payload.patch, limits)
+    return [{"field": f"{prefix}payload.patch", "message": error}] if error else []
 
 
 def batch_body_limit_bytes(settings: Settings) -> int:
@@ -320,6 +342,7 @@ def parse_job_batch(event: APIGatewayProxyEventV2, settings: Settings) -> list[J
         items = []
     jobs: list[Job] = []
     first_index: dict[str, int] = {}
+    uncounted = 0  # errors of a job beyond the MAX_FIELD_ERRORS its refusal kept
     for index, item in enumerate(items):
         if not isinstance(item, dict):
             errors.append({"field": f"jobs.{index}", "message": f"a job is a JSON object: {_JOB_SHAPE}"})
@@ -331,6 +354,7 @@ def parse_job_batch(event: APIGatewayProxyEventV2, settings: Settings) -> list[J
                 {"field": f"jobs.{index}.{entry['field']}", "message": entry["message"]}
                 for entry in refused.errors or []
             )
+            uncounted += refused.more_errors
             continue
         if job.job_id in first_index:
             errors.append(
@@ -341,14 +365,18 @@ def parse_job_batch(event: APIGatewayProxyEventV2, settings: Settings) -> list[J
                 }
             )
         first_index.setdefault(job.job_id, index)
+        errors.extend(_patch_limit_errors(job, settings, f"jobs.{index}."))
         jobs.append(job)
     if errors:
-        raise RequestRefused(
+        total = len(errors) + uncounted
+        refusal = RequestRefused(
             HTTPStatus.UNPROCESSABLE_ENTITY,
-            f"the batch is invalid ({len(errors)} {'error' if len(errors) == 1 else 'errors'}); nothing was accepted: "
+            f"the batch is invalid ({total} {'error' if total == 1 else 'errors'}); nothing was accepted: "
             "fix the fields listed in 'errors' and send the batch again",
             errors,
         )
+        refusal.more_errors += uncounted
+        raise refusal
     return jobs
 
 
@@ -365,15 +393,22 @@ def parse_workspace_registration(event: APIGatewayProxyEventV2, settings: Settin
         too_large="(the same limit as a job's); send fewer or shorter test commands",
     )
     try:
-        return WorkspaceRegistration.model_validate(document)
+        registration = WorkspaceRegistration.model_validate(document)
+        too_large = test_commands_size_error(registration)
+        errors = [{"field": "testCommands", "message": too_large}] if too_large else []
+        uncounted = 0
     except ValidationError as error:
-        errors = [_field_error(detail) for detail in error.errors(include_input=False, include_url=False)]
+        errors, uncounted = _field_errors(error)
+    if errors:
+        total = len(errors) + uncounted
         raise RequestRefused(
             HTTPStatus.UNPROCESSABLE_ENTITY,
-            f"the workspace registration is invalid ({len(errors)} {'error' if len(errors) == 1 else 'errors'}); fix "
+            f"the workspace registration is invalid ({total} {'error' if total == 1 else 'errors'}); fix "
             "the fields listed in 'errors' and send it again",
             errors,
-        ) from None
+            uncounted,
+        )
+    return registration
 
 
 def _json_object_body(
@@ -445,11 +480,18 @@ def _parse_json(raw: bytes) -> Any:
         raise RequestRefused(HTTPStatus.BAD_REQUEST, "the request body is JSON this API cannot read") from None
     try:
         # "\ud800" escapes decode to lone surrogates, which cannot be hashed, stored or sent: refuse them here.
-        json.dumps(document, ensure_ascii=False).encode("utf-8")
+        dumped = json.dumps(document, ensure_ascii=False)
+        dumped.encode("utf-8")
     except UnicodeEncodeError:
         raise RequestRefused(
             HTTPStatus.BAD_REQUEST, "the request body contains an unpaired surrogate escape; send valid Unicode text"
         ) from None
+    if "\ufffe" in dumped or "\uffff" in dumped:
+        # SQS refuses a message holding either (JSON escapes the other characters it refuses): never a 503 to retry.
+        raise RequestRefused(
+            HTTPStatus.BAD_REQUEST,
+            "the request body contains U+FFFE or U+FFFF, which the job queue does not accept; remove them",
+        )
     return document
 
 
@@ -457,16 +499,25 @@ def _validate_job(document: dict[str, Any]) -> Job:
     try:
         return job_request_adapter.validate_python(document)
     except ValidationError as error:
-        errors = [_field_error(detail) for detail in error.errors(include_input=False, include_url=False)]
+        errors, uncounted = _field_errors(error)
         if any(entry["field"] == "type" for entry in errors):
             # An unknown type stops validation at the discriminator: still report the ids in the same answer.
             errors.extend(_id_errors(document))
+        total = len(errors) + uncounted
         raise RequestRefused(
             HTTPStatus.UNPROCESSABLE_ENTITY,
-            f"the job is invalid ({len(errors)} {'error' if len(errors) == 1 else 'errors'}); fix the fields listed "
+            f"the job is invalid ({total} {'error' if total == 1 else 'errors'}); fix the fields listed "
             "in 'errors' and send it again",
             errors,
+            uncounted,
         ) from None
+
+
+def _field_errors(error: ValidationError) -> tuple[list[dict[str, str]], int]:
+    """The first MAX_FIELD_ERRORS field errors of `error`, and how many more there are: a body of 200,000 bad fields
+    costs no more than counting them."""
+    details = error.errors(include_input=False, include_url=False)
+    return [_field_error(detail) for detail in details[:MAX_FIELD_ERRORS]], max(0, len(details) - MAX_FIELD_ERRORS)
 
 
 def _field_error(detail: ErrorDetails) -> dict[str, str]:
@@ -1255,11 +1306,9 @@ def parse_resume_request(event: APIGatewayProxyEventV2, settings: Settings) -> R
     try:
         return ResumeRequest.model_validate(document)
     except ValidationError as error:
-        errors = [_field_error(detail) for detail in error.errors(include_input=False, include_url=False)]
+        errors, uncounted = _field_errors(error)
         raise RequestRefused(
-            HTTPStatus.UNPROCESSABLE_ENTITY,
-            f"the resume request is invalid; send {_RESUME_SHAPE}",
-            errors,
+            HTTPStatus.UNPROCESSABLE_ENTITY, f"the resume request is invalid; send {_RESUME_SHAPE}", errors, uncounted
         ) from None
 
 
@@ -1399,8 +1448,27 @@ def refused(error: RequestRefused) -> Response[Any]:
     return _json_response(error.status, body)
 
 
+def _is_item_too_large(error: Exception) -> bool:
+    """DynamoDB refused a write for an item over its size limit: a request that can never succeed as sent."""
+    if not isinstance(error, ClientError):
+        return False
+    details = error.response.get("Error", {})
+    return details.get("Code") == "ValidationException" and "size" in str(details.get("Message", "")).lower()
+
+
 @app.exception_handler([ClientError, AwsConnectionError, HTTPClientError])  # type: ignore[untyped-decorator]
 def aws_unavailable(error: Exception) -> Response[Any]:
+    if _is_item_too_large(error):
+        # Never a 503: the same request would be refused again, and a client told to retry would retry forever.
+        logger.exception("a record of this request is larger than a DynamoDB item")
+        answer: Response[Any] = refused(
+            RequestRefused(
+                HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+                "the request makes a record larger than the job store holds (a DynamoDB item is at most 400 KB); "
+                "send it smaller: shorter fields, fewer or shorter test commands",
+            )
+        )
+        return answer
     logger.exception("AWS call failed")
     metrics.add_metric(name="ServiceUnavailable", unit=MetricUnit.Count, value=1)
     event = app.current_event

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
 
+from agent_jobs.patch_limits import PatchLimits
 from agent_jobs.services import build_services
 from agent_jobs.tenancy import TenantBounds
 from agent_jobs.workspaces import WorkspaceRegistry
@@ -43,6 +44,8 @@ def worker() -> BatchWorker:
                 limits=GitLimits.from_settings(services.settings),
                 # The warm caches in all: WORKSPACE_CACHE_BYTES, or what EPHEMERAL_STORAGE_MB leaves beside a job.
                 cache_budget_bytes=services.settings.cache_budget_bytes,
+                # Patches within PATCH_MAX_BYTES, PATCH_MAX_HUNKS and PATCH_SEARCH_WINDOW_LINES.
+                patch_limits=PatchLimits.from_settings(services.settings),
             ),
             logger=logger,
             metrics=metrics,

@@ -23,6 +23,7 @@ from dulwich.refs import Ref
 from dulwich.repo import Repo
 
 from agent_jobs.models import RunTestsJob
+from agent_jobs.patch_limits import PatchLimits
 from jobs import apply_patch, git_workspace, run_tests
 from jobs.context import JobContext
 from jobs.git_workspace import (
@@ -172,6 +173,19 @@ def test_git_workspace_commit_of_a_patch_that_does_not_apply_moves_nothing(
         apply_patch.run(apply_patch_job("job-1", stale), context(workspace))
 
     assert remote_ref(remote, BRANCH) is None
+
+
+def test_git_workspace_commit_refuses_a_patch_over_its_limits_before_touching_the_remote(
+    remote: Path, tmp_path: Path
+) -> None:
+    # Given a workspace whose patches may have 1 hunk, on a remote that cannot be reached
+    unreachable = GitRemote(url=str(tmp_path / "nowhere.git"), branch="agent/ws-1", base_branch=BASE_BRANCH)
+    store = GitWorkspaceStore(tmp_path / "caches", lambda _: unreachable, patch_limits=PatchLimits(max_hunks=1))
+    patch = diff("--- a/notes.txt", "+++ b/notes.txt", "@@ -1 +1 @@", "-a", "+b", "@@ -3 +3 @@", "-c", "+d")
+
+    # Then the patch is refused for its hunks, a permanent error, without reading the remote
+    with pytest.raises(PatchDoesNotApplyError, match=r"^<patch>: the patch has 2 hunks; the limit is 1 "):
+        store.open("ws-1").commit(job_id="job-1", message="m", patch=patch, expected_head=ROOT_HEAD)
 
 
 def test_git_workspace_pull_requests_belong_to_the_forge_client(make_store: StoreFactory) -> None:

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import random
 import shutil
 import subprocess
+import time
 from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
 
+from agent_jobs.patch_limits import PatchLimits
 from jobs.errors import PermanentJobError
 from jobs.patching import (
     EXECUTABLE_FILE_MODE,
@@ -459,3 +462,231 @@ def test_apply_patch_to_files_reads_modes_and_quoted_paths() -> None:
     ]
     assert apply_patch_to_files(quoted, SEED_FILES.get) == [FileChange("é file.txt", b"x\n", mode=EXECUTABLE_FILE_MODE)]
     assert apply_patch_to_files(CASES["add"][1], SEED_FILES.get)[0].mode == REGULAR_FILE_MODE
+
+
+def numbered_file(lines: int) -> bytes:
+    return "".join(f"line {n}\n" for n in range(lines)).encode()
+
+
+def scattered_hunks(hunks: int, lines: int, stated: random.Random, *, offset: int | None = None) -> str:
+    """A patch of `hunks` one-line changes of a `numbered_file(lines)`, of lines 0, 2, 4 ...: each hunk states a
+    random line of the file, or with `offset` one at most that far from its own."""
+    out = ["--- a/big.txt", "+++ b/big.txt"]
+    for number in range(hunks):
+        actual = 2 * number
+        near = max(1, actual + 1 + stated.randint(-offset, offset)) if offset is not None else 0
+        line = near or stated.randrange(lines) + 1
+        out += [f"@@ -{line},1 +{line},1 @@", f"-line {actual}", f"+new {actual}"]
+    return diff(*out)
+
+
+def test_apply_patch_to_files_bounds_the_search_for_hunks_stated_far_from_their_lines() -> None:
+    # Given 4,000 hunks each stating a line far from the one it changes: a search of the whole file for each would
+    # take tens of seconds of CPU, enough to hold an invocation until its Timeout on every delivery
+    lines = 40_000
+    patch = scattered_hunks(4_000, lines, random.Random(7))
+    assert len(patch) > 150_000
+
+    started = time.process_time()
+    with pytest.raises(PatchDoesNotApplyError) as raised:
+        apply_patch_to_files(patch, {"big.txt": numbered_file(lines)}.get)
+    cpu = time.process_time() - started
+    print(f"4,000 hunks stated far from their lines ({len(patch)} bytes): refused in {cpu:.3f} s of CPU")
+
+    # Then the first hunk whose lines are not near its stated line fails the patch, saying why and which knob
+    assert (raised.value.path, raised.value.hunk_number, raised.value.hunk_count) == ("big.txt", 1, 4_000)
+    assert "not within 1000 lines of it either (PATCH_SEARCH_WINDOW_LINES)" in str(raised.value)
+    assert isinstance(raised.value, PermanentJobError)
+
+
+def test_apply_patch_to_files_finds_every_hunk_within_the_window_in_bounded_work() -> None:
+    # Given 4,000 hunks each stated up to 490 lines away from its line (the search carries the previous hunk's
+    # offset, so each is at most 980 lines from where it is looked for first)
+    lines = 8_010
+    patch = scattered_hunks(4_000, lines, random.Random(7), offset=490)
+
+    started = time.process_time()
+    [change] = apply_patch_to_files(patch, {"big.txt": numbered_file(lines)}.get)
+    cpu = time.process_time() - started
+    print(f"4,000 hunks within the search window ({len(patch)} bytes): applied in {cpu:.3f} s of CPU")
+
+    # Then each applies at its own line
+    assert change.content is not None
+    changed = change.content.decode().splitlines()
+    assert changed[:4] == ["new 0", "line 1", "new 2", "line 3"]
+    assert changed[7_998:] == ["new 7998", "line 7999", *[f"line {n}" for n in range(8_000, lines)]]
+
+
+@pytest.mark.parametrize(("moved", "applies"), [(5, True), (6, False)])
+def test_apply_patch_to_files_looks_for_moved_lines_within_the_window_only(moved: int, applies: bool) -> None:
+    # Given a hunk whose lines moved `moved` lines down, and a search window of 5 lines
+    files = {"notes.txt": b"new\n" * moved + numbered_file(20)}
+    patch = diff("--- a/notes.txt", "+++ b/notes.txt", "@@ -3,3 +3,3 @@", " line 2", "-line 3", "+LINE 3", " line 4")
+    limits = PatchLimits(search_window_lines=5)
+
+    if applies:
+        [change] = apply_patch_to_files(patch, files.get, limits)
+        assert change.content == files["notes.txt"].replace(b"line 3\n", b"LINE 3\n")
+    else:
+        with pytest.raises(PatchDoesNotApplyError) as raised:
+            apply_patch_to_files(patch, files.get, limits)
+        assert (raised.value.path, raised.value.hunk_number) == ("notes.txt", 1)
+        assert "not within 5 lines of it either" in str(raised.value)
+
+
+def test_apply_patch_to_files_prefers_the_nearest_place_above_on_a_tie() -> None:
+    # Given the hunk's lines 3 lines above and 3 lines below its stated line (and farther away, too)
+    files = {"f.txt": b"x\na\nb\nx\nx\nx\nx\na\nb\nx\na\nb\n"}
+    patch = diff("--- a/f.txt", "+++ b/f.txt", "@@ -5,2 +5,2 @@", " a", "-b", "+B")
+
+    [change] = apply_patch_to_files(patch, files.get)
+
+    assert change.content == b"x\na\nB\nx\nx\nx\nx\na\nb\nx\na\nb\n"
+
+
+def test_apply_patch_to_files_search_of_repeated_lines_stays_linear() -> None:
+    # Given a file of blocks of 99 lines, all alike but the middle one, and 1,000 hunks, one per block, each stated up
+    # to 450 lines away from its block: a line-by-line comparison at every place of the window would compare dozens
+    # of lines at each of hundreds of places for every hunk
+    blocks, stated = 1_000, random.Random(7)
+    files = {"f.txt": b"".join(b"a\n" * 49 + f"b {m}\n".encode() + b"a\n" * 49 for m in range(blocks))}
+    hunks = [
+        line
+        for m in range(blocks)
+        for at in [max(1, 99 * m + 1 + stated.randint(-450, 450))]
+        for line in (f"@@ -{at},99 +{at},99 @@", *[" a"] * 49, f"-b {m}", f"+B {m}", *[" a"] * 49)
+    ]
+    patch = diff("--- a/f.txt", "+++ b/f.txt", *hunks)
+
+    started = time.process_time()
+    [change] = apply_patch_to_files(patch, files.get)
+    cpu = time.process_time() - started
+    print(f"1,000 hunks of 99 lines alike but one ({len(patch)} bytes): applied in {cpu:.3f} s of CPU")
+
+    # Then each hunk applied to its own block
+    assert change.content == files["f.txt"].replace(b"b ", b"B ")
+
+
+@pytest.mark.parametrize(
+    ("limits", "limit"),
+    [
+        (PatchLimits(max_bytes=1024), "the patch is 2000 bytes; the limit is 1024 bytes (PATCH_MAX_BYTES)"),
+        (PatchLimits(max_hunks=9), "the patch has 10 hunks; the limit is 9 (PATCH_MAX_HUNKS)"),
+    ],
+)
+def test_apply_patch_to_files_refuses_a_patch_over_a_limit_before_parsing_it(limits: PatchLimits, limit: str) -> None:
+    # Given a patch of 10 hunks and 2,000 bytes
+    hunks = [line for n in range(1, 11) for line in (f"@@ -{n},1 +{n},1 @@", f"-line {n - 1}", f"+new {n - 1}")]
+    patch = diff("--- a/big.txt", "+++ b/big.txt", *hunks)
+    patch += "#" * (2000 - len(patch) - 1) + "\n"  # text after a diff is ignored, as git apply ignores it
+
+    with pytest.raises(PatchDoesNotApplyError) as raised:
+        apply_patch_to_files(patch, {"big.txt": numbered_file(20)}.get, limits)
+
+    assert raised.value.path == PATCH_AS_A_WHOLE
+    assert limit in str(raised.value)
+    assert "split the change into several apply_patch jobs" in str(raised.value)
+    assert len(apply_patch_to_files(patch, {"big.txt": numbered_file(20)}.get)) == 1  # the defaults take it
+
+
+def test_apply_patch_to_files_counts_file_sections_against_the_hunk_limit() -> None:
+    # Given a patch that only changes modes, of more files than PATCH_MAX_HUNKS: each section costs work
+    patch = "".join(diff(f"diff --git a/f{n} b/f{n}", "old mode 100644", "new mode 100755") for n in range(4))
+
+    with pytest.raises(
+        PatchDoesNotApplyError, match=r"the patch has 4 file sections; the limit is 3 \(PATCH_MAX_HUNKS"
+    ):
+        apply_patch_to_files(patch, {f"f{n}": b"x\n" for n in range(4)}.get, PatchLimits(max_hunks=3))
+
+
+def test_apply_patch_to_files_refuses_a_second_section_writing_one_file() -> None:
+    # Given a 24 KB patch of 500 sections, each changing the first line of one 1 MB file again: each section would
+    # copy the whole file (it took 3 s of CPU and kept 520 MB of contents)
+    content = b"".join(b"line %d %s\n" % (n, b"x" * 30) for n in range(25_000))
+    first = "line 0 " + "x" * 30
+    sections = [
+        line
+        for n in range(500)
+        for line in ("--- a/f.txt", "+++ b/f.txt", "@@ -1 +1 @@", f"-{first if n == 0 else f'v{n - 1}'}", f"+v{n}")
+    ]
+    patch = diff(*sections)
+
+    started = time.process_time()
+    with pytest.raises(PatchDoesNotApplyError) as raised:
+        apply_patch_to_files(patch, {"f.txt": content}.get)
+    cpu = time.process_time() - started
+    print(f"500 sections of one {len(content):,}-byte file ({len(patch):,}-byte patch): refused in {cpu:.3f} s of CPU")
+
+    # Then the second section is refused, naming the file
+    assert (raised.value.path, raised.value.hunk_number) == ("f.txt", None)
+    assert "an earlier section of the patch changes this file too" in str(raised.value)
+
+
+def test_apply_patch_to_files_lets_a_later_section_bring_back_a_file_an_earlier_one_removed() -> None:
+    # Given what git diff writes for a rename plus a new file of the old name, and for a file that becomes a symlink
+    renamed_and_replaced = diff(
+        "diff --git a/old/name.txt b/new/name.txt",
+        "similarity index 100%",
+        "rename from old/name.txt",
+        "rename to new/name.txt",
+        "diff --git a/old/name.txt b/old/name.txt",
+        "new file mode 100644",
+        "--- /dev/null",
+        "+++ b/old/name.txt",
+        "@@ -0,0 +1 @@",
+        "+moved away",
+    )
+    becomes_a_symlink = diff(
+        "diff --git a/tail.txt b/tail.txt",
+        "deleted file mode 100644",
+        "--- a/tail.txt",
+        "+++ /dev/null",
+        "@@ -1,2 +0,0 @@",
+        "-first",
+        "-last",
+        "\\ No newline at end of file",
+        "diff --git a/tail.txt b/tail.txt",
+        "new file mode 120000",
+        "--- /dev/null",
+        "+++ b/tail.txt",
+        "@@ -0,0 +1 @@",
+        "+README.md",
+        "\\ No newline at end of file",
+    )
+
+    assert apply_patch_to_files(renamed_and_replaced, SEED_FILES.get) == [
+        FileChange("new/name.txt", SEED_FILES["old/name.txt"], old_path="old/name.txt"),
+        FileChange("old/name.txt", b"moved away\n", mode=REGULAR_FILE_MODE),
+    ]
+    assert apply_patch_to_files(becomes_a_symlink, SEED_FILES.get) == [
+        FileChange("tail.txt", None),
+        FileChange("tail.txt", b"README.md", mode=0o120000),
+    ]
+
+
+def test_apply_patch_to_files_search_finds_what_a_line_by_line_search_finds() -> None:
+    # Given random files and hunks of few distinct lines (many near matches), each stated at a random line
+    from jobs.patching import _find  # the search itself, against the plain definition of "nearest"
+
+    def nearest(lines: list[bytes], before: list[bytes], preferred: int, cursor: int, window: int) -> int | None:
+        places = [
+            at
+            for at in range(max(cursor, preferred - window), min(len(lines) - len(before), preferred + window) + 1)
+            if lines[at : at + len(before)] == before
+        ]
+        return min(places, key=lambda at: (abs(at - preferred), at), default=None)
+
+    draw = random.Random(11)
+    for _ in range(3_000):
+        lines = [draw.choice((b"a\n", b"b\n", b"c\n")) for _ in range(draw.randint(0, 40))]
+        before = [draw.choice((b"a\n", b"b\n")) for _ in range(draw.randint(1, 4))]
+        preferred, cursor, window = draw.randint(-3, 45), draw.randint(0, 10), draw.randint(0, 30)
+
+        # Then the bounded search agrees with the plain one
+        assert _find(lines, before, preferred, cursor, window) == nearest(lines, before, preferred, cursor, window), (
+            lines,
+            before,
+            preferred,
+            cursor,
+            window,
+        )

@@ -120,3 +120,23 @@ def test_worker_app_patch_that_does_not_apply_halts_with_file_and_hunk(
     assert any_stack.workspace("ws-bad")["state"] == "HALTED"
     assert any_stack.job("after-1")["status"] == "PARKED"
     assert git.branch("ws-bad") == []
+
+
+def test_worker_app_patch_over_its_limits_is_dead_at_once_naming_the_limit(
+    worker_app, any_stack, register_git_workspace, lambda_context, monkeypatch
+):
+    # Given a worker whose patches may have 1 hunk, and a patch of 2 that reached the queue without the API
+    monkeypatch.setenv("PATCH_MAX_HUNKS", "1")
+    git = register_git_workspace(any_stack, "ws-big", {"README.md": b"a\nb\nc\nd\ne\n"})
+    patch = "--- a/README.md\n+++ b/README.md\n@@ -1 +1 @@\n-a\n+A\n@@ -5 +5 @@\n-e\n+E\n"
+    from tests.conftest import make_job
+
+    enqueue(any_stack, make_job("big-1", "ws-big", payload={"patch": patch, "commitMessage": "change"}))
+    # When the worker runs it
+    assert worker_app.lambda_handler(any_stack.receive(), lambda_context()) == {"batchItemFailures": []}
+    # Then the job is DEAD at once, its error naming the limit and how to raise it, and the branch is untouched
+    job = any_stack.job("big-1")
+    assert (job["status"], job["attempt"]) == ("DEAD", 1)
+    assert "the patch has 2 hunks; the limit is 1 (PATCH_MAX_HUNKS)" in job["error"]
+    assert "raise PATCH_MAX_HUNKS" in job["error"]
+    assert git.branch("ws-big") == []

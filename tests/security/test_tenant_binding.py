@@ -7,14 +7,16 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from aws_lambda_powertools import Logger, Metrics
+from botocore.exceptions import ClientError
 
-from agent_jobs.models import JobStatus, WorkspaceRegistration, job_message
+from agent_jobs.models import MAX_TEST_COMMANDS_BYTES, JobStatus, WorkspaceRegistration, job_message
 from agent_jobs.producer import WorkspaceUnregisteredError, enqueue_job
 from agent_jobs.tenancy import TenantBounds, non_public_reason
 from agent_jobs.workspaces import WorkspaceQuotaError, WorkspaceRegistry
@@ -26,6 +28,7 @@ from processing import BatchWorker
 from tests.conftest import GitWorkspaces, Stack, make_job, register_workspace
 from tests.integration.test_batch_enqueue import batch_event
 from tests.integration.test_enqueue_api import Api, job_body, post_event, use_environment
+from tests.integration.test_resume_api import resume_event
 from tests.integration.test_workspace_api import put_event
 
 ATTACKER = {"tenant_id": "mallory", "sub": "mallory-agent"}
@@ -403,27 +406,148 @@ def _with_unknown_keys(document: dict[str, Any], keys: int) -> str:
     return json.dumps(document)[:-1] + "".join(f',"k{n}":0' for n in range(keys)) + "}"
 
 
-@pytest.mark.parametrize("route", ["job", "batch", "workspace"])
-def test_a_body_with_200000_unknown_keys_gets_a_small_422(api: Api, route: str, remotes_root: Path) -> None:
+@pytest.mark.parametrize("route", ["job", "batch", "batch job", "workspace", "resume"])
+def test_a_body_with_200000_unknown_keys_gets_a_small_422(
+    api: Api, route: str, remotes_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a body of about 2.6 MB whose every key but the expected ones is unknown
+    keys = 200_000
     document = {
         "job": job_body("j-1", "acme-repo"),
         "batch": {"jobs": [job_body("j-1", "acme-repo")]},
+        "batch job": job_body("j-1", "acme-repo"),
         "workspace": register_body(f"{remotes_root}/acme/repo.git"),
+        "resume": {"decision": "retry", "haltingJobId": "j-1"},
     }[route]
-    raw = _with_unknown_keys(document, 200_000)
+    raw = _with_unknown_keys(document, keys)
     if route == "job":
         event = post_event(raw=raw, claims=VICTIM)
     elif route == "batch":
         event = batch_event(None, raw=raw, claims=VICTIM)
-    else:
+    elif route == "batch job":
+        event = batch_event(None, raw='{"jobs": [' + raw + "]}", claims=VICTIM)
+    elif route == "workspace":
         event = put_event("acme-repo", raw=raw, claims=VICTIM)
+    else:
+        event = resume_event("acme-repo", None, claims={**VICTIM, "scope": app.OPERATOR_SCOPE})
+        event["body"] = raw
 
+    described: list[Any] = []  # the field errors the API put into words
+    describe = app._field_error
+
+    def counted(detail: Any) -> dict[str, str]:
+        described.append(detail)
+        return describe(detail)
+
+    monkeypatch.setattr(app, "_field_error", counted)
+
+    started = time.process_time()
     answer = api.invoke(event, register=False)
+    cpu = time.process_time() - started
+    size = len(json.dumps(answer.body))
+    print(f"{route}: a {len(raw):,}-byte body of {keys:,} unknown keys got a {size:,}-byte 422 in {cpu:.2f} s of CPU")
 
+    # Then the answer lists MAX_FIELD_ERRORS of them and counts the rest
     assert answer.status == 422
-    assert len(json.dumps(answer.body)) < 10_000
+    assert size < 10_000
     assert len(answer.body["errors"]) == app.MAX_FIELD_ERRORS
-    assert answer.body["moreErrors"] == 200_000 - app.MAX_FIELD_ERRORS
+    assert answer.body["moreErrors"] == keys - app.MAX_FIELD_ERRORS
+    assert len(described) <= app.MAX_FIELD_ERRORS  # the rest are counted, not described
+
+
+def test_a_registration_too_large_for_a_workspace_item_is_refused_not_retried(api: Api, remotes_root: Path) -> None:
+    # Given a registration of about 1 MB of test commands: 20 commands of 50 arguments of 1,000 characters, each within
+    # its own limits, but more than a DynamoDB item (400 KB) holds
+    commands = {f"suite-{n}": [f"{n:02}" + "x" * 998] * 50 for n in range(20)}
+    body = register_body(f"{remotes_root}/acme/repo.git", testCommands=commands)
+
+    answer = put(api, "acme-repo", body)
+
+    # Then it is refused for good, naming the limit: a 503 would have the client retry it forever
+    assert answer.status == 422, answer.body
+    assert answer.body["errors"] == [
+        {
+            "field": "testCommands",
+            "message": f"the test commands hold 1,000,000 bytes; the limit is {MAX_TEST_COMMANDS_BYTES:,} bytes of "
+            "arguments in all (a registration is stored as one DynamoDB item, at most 400 KB): register shorter "
+            "commands, e.g. a script in the repository that runs the suite",
+        }
+    ]
+    assert api.stack.workspace("acme-repo") is None
+    # One of exactly the limit is registered
+    within = {"a": ["x" * 1000] * 50, "b": ["x" * 1000] * 15 + ["x" * (MAX_TEST_COMMANDS_BYTES - 65_000)]}
+    assert put(api, "acme-repo", register_body(f"{remotes_root}/acme/repo.git", testCommands=within)).status == 201
+
+
+@pytest.mark.parametrize("route", ["job", "workspace"])
+def test_a_write_refused_for_the_item_size_is_a_413_never_a_503(
+    api: Api, route: str, remotes_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a store that refuses the request's write for its size, as DynamoDB does above 400 KB
+    def too_large(*args: Any, **kwargs: Any) -> Any:
+        error = {"Error": {"Code": "ValidationException", "Message": "Item size has exceeded the maximum allowed size"}}
+        raise ClientError(error, "PutItem")  # type: ignore[arg-type]
+
+    register_workspace(api.stack, "acme-repo", "acme")
+    monkeypatch.setattr(WorkspaceRegistry, "register", too_large)
+    monkeypatch.setattr(app, "enqueue_job", too_large)
+    if route == "job":
+        answer = api.invoke(post_event(job_body("j-1", "acme-repo"), claims=VICTIM), register=False)
+    else:
+        answer = put(api, "acme-repo", register_body(f"{remotes_root}/acme/repo.git"))
+
+    # Then the client is told to send less, not to retry the same request
+    assert answer.status == 413
+    assert "400 KB" in answer.body["message"]
+    assert "Retry-After" not in answer.headers
+
+
+@pytest.mark.parametrize(
+    ("env", "limit"),
+    [
+        ({"PATCH_MAX_BYTES": "1024"}, "the limit is 1024 bytes (PATCH_MAX_BYTES)"),
+        ({"PATCH_MAX_HUNKS": "2"}, "the patch has 3 hunks; the limit is 2 (PATCH_MAX_HUNKS)"),
+    ],
+)
+@pytest.mark.parametrize("route", ["job", "batch"])
+def test_a_patch_over_a_limit_is_refused_at_enqueue(
+    api: Api, route: str, env: dict[str, str], limit: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a patch of 3 hunks and over 1 KiB, which the worker would refuse with these limits
+    use_environment(monkeypatch, env)
+    hunks = [f"@@ -{n},1 +{n},1 @@\n-{'x' * 200} {n}\n+{'y' * 200} {n}\n" for n in (1, 3, 5)]
+    patch = "--- a/f.txt\n+++ b/f.txt\n" + "".join(hunks)
+    job = job_body("j-1", "acme-repo", payload={"patch": patch, "commitMessage": "change"})
+    register_workspace(api.stack, "acme-repo", "acme")
+
+    if route == "job":
+        answer = api.invoke(post_event(job, claims=VICTIM), register=False)
+    else:
+        answer = api.invoke(batch_event({"jobs": [job_body("j-0", "acme-repo"), job]}, claims=VICTIM), register=False)
+
+    # Then the job is refused naming the limit, and nothing is accepted or queued
+    assert answer.status == 422, answer.body
+    [error] = answer.body["errors"]
+    assert error["field"] == ("payload.patch" if route == "job" else "jobs.1.payload.patch")
+    assert limit in error["message"]
+    assert api.stack.job("j-1") is None
+    assert api.drain() == []
+
+
+@pytest.mark.parametrize("character", ["\ufffe", "\uffff"])
+def test_a_character_the_queue_refuses_is_a_400_not_a_503(api: Api, character: str) -> None:
+    # Given a patch holding a character SQS refuses in a message body (JSON escapes the others it refuses)
+    register_workspace(api.stack, "acme-repo", "acme")
+    patch = f"--- a/f.txt\n+++ b/f.txt\n@@ -0,0 +1 @@\n+{character}\n"
+    job = job_body("j-1", "acme-repo", payload={"patch": patch, "commitMessage": "change"})
+
+    answer = api.invoke(post_event(job, claims=VICTIM), register=False)
+
+    # Then it is refused for good, before anything is recorded: the queue would refuse it on every retry
+    assert answer.status == 400
+    assert "U+FFFE or U+FFFF" in answer.body["message"]
+    assert api.stack.job("j-1") is None
+    assert api.drain() == []
 
 
 # ---- 7. a workspace quota per tenant ------------------------------------------------------------------------------

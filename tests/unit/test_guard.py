@@ -6,7 +6,14 @@ from typing import Any
 
 import pytest
 
-from agent_jobs.guard import AcceptOutcome, ClaimOutcome, FailOutcome, JobGuard
+from agent_jobs.guard import (
+    MAX_STORED_BODY_CHARS,
+    MAX_STORED_ERROR_CHARS,
+    AcceptOutcome,
+    ClaimOutcome,
+    FailOutcome,
+    JobGuard,
+)
 from agent_jobs.models import JobStatus, WorkspaceRegistration, WorkspaceState
 from agent_jobs.workspaces import WorkspaceRegistry
 from tests.conftest import ManualClock, Stack, make_message, register_workspace
@@ -364,3 +371,39 @@ def test_record_accepted_answers_a_sent_job_from_its_record_but_never_sends_into
     # Then the sent one is answered from its record (nothing is sent again), the unsent one is not sent
     assert (sent.outcome, sent.item["messageId"]) == (AcceptOutcome.EXISTING, "msg-1")
     assert unsent.outcome is AcceptOutcome.WORKSPACE_FORBIDDEN
+
+
+def test_a_stored_body_of_wide_characters_stays_within_an_item(guard: JobGuard, stack: Stack):
+    # Given a message body of 300,000 three-byte characters (900 KB in UTF-8), sent to the queue directly
+    body = "€" * 300_000
+
+    # When it is rejected (and its body kept for the operator), or parked
+    assert guard.reject(
+        message_id="m-9", job_id="j9", workspace_id="ws-a", tenant_id="tenant-1", reason="bad", body=body
+    )
+    assert guard.park(make_message("j2"), message_id="m-2", sequence_number="200", body=body, reason="halted")
+
+    # Then what is kept fits a DynamoDB item (400 KB): a write over it would fail on every delivery
+    for job_id in ("j9", "j2"):
+        stored = stack.job(job_id)["body"]
+        assert len(stored.encode()) <= MAX_STORED_BODY_CHARS
+        assert body.startswith(stored)
+
+
+@pytest.mark.parametrize("permanent", [True, False])
+def test_a_huge_error_message_is_recorded_cut_short(guard: JobGuard, stack: Stack, permanent: bool):
+    # Given a job whose error names a 500,000-character path taken from its own payload
+    error = "p" * 500_000 + ": no such file in the workspace"
+
+    # When it fails (and, when it is DEAD, its body is kept too), or a bad message is rejected with such a reason
+    lease = claim(guard, make_message("j1")).lease
+    assert guard.fail(lease, error, permanent=permanent, body="€" * 300_000) in (FailOutcome.DEAD, FailOutcome.RETRY)
+    assert guard.reject(
+        message_id="m-9", job_id="j9", workspace_id="ws-b", tenant_id="tenant-1", reason=error, body="{}"
+    )
+
+    # Then the records are written, with the error cut short: a write over 400 KB would fail on every delivery
+    for job_id in ("j1", "j9"):
+        stored = stack.job(job_id)["error"]
+        assert error.startswith(stored.removesuffix("…"))
+        assert len(stored.encode()) <= MAX_STORED_ERROR_CHARS * 4

@@ -72,3 +72,19 @@ def test_settings_size_the_cache_budget_from_the_ephemeral_storage(monkeypatch: 
     assert Settings(table_name="t", queue_url="q").cache_budget_bytes == left + 512 * MIB
     monkeypatch.setenv("WORKSPACE_CACHE_BYTES", "1000000")
     assert Settings(table_name="t", queue_url="q").cache_budget_bytes == 1_000_000
+
+
+def test_settings_read_the_patch_limits_from_the_environment(monkeypatch: pytest.MonkeyPatch):
+    from agent_jobs.patch_limits import PatchLimits
+
+    monkeypatch.setenv("PATCH_MAX_BYTES", "2048")
+    monkeypatch.setenv("PATCH_MAX_HUNKS", "7")
+    monkeypatch.setenv("PATCH_SEARCH_WINDOW_LINES", "0")
+
+    limits = PatchLimits.from_settings(Settings(table_name="t", queue_url="q"))
+
+    assert limits == PatchLimits(max_bytes=2048, max_hunks=7, search_window_lines=0)
+    monkeypatch.delenv("PATCH_MAX_BYTES")
+    monkeypatch.delenv("PATCH_MAX_HUNKS")
+    monkeypatch.delenv("PATCH_SEARCH_WINDOW_LINES")
+    assert PatchLimits.from_settings(Settings(table_name="t", queue_url="q")) == PatchLimits()

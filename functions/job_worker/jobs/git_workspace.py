@@ -74,9 +74,16 @@ from dulwich.repo import Repo
 from dulwich.walk import ORDER_TOPO, Walker
 
 from agent_jobs.models import ID_PATTERN
+from agent_jobs.patch_limits import PatchLimits, patch_bytes_error, patch_hunks_error
 from jobs.errors import PermanentJobError, RetryableJobError
 from jobs.limits import GitLimits
-from jobs.patching import REGULAR_FILE_MODE, FileChange, PatchDoesNotApplyError, apply_patch_to_files
+from jobs.patching import (
+    PATCH_AS_A_WHOLE,
+    REGULAR_FILE_MODE,
+    FileChange,
+    PatchDoesNotApplyError,
+    apply_patch_to_files,
+)
 from jobs.workspace import JOB_TRAILER, ROOT_HEAD, Commit, HeadMovedError
 
 DEFAULT_IDENTITY = "Agent Jobs <agent-jobs@localhost>"
@@ -161,7 +168,8 @@ class _RemoteRefusedError(Exception):
 
 
 class GitWorkspaceStore:
-    """Opens the git workspace of a workspace id; `resolve` says which remote and branch that is."""
+    """Opens the git workspace of a workspace id; `resolve` says which remote and branch that is. Patches are applied
+    within `patch_limits` (PATCH_MAX_BYTES, PATCH_MAX_HUNKS, PATCH_SEARCH_WINDOW_LINES)."""
 
     def __init__(
         self,
@@ -170,19 +178,28 @@ class GitWorkspaceStore:
         *,
         limits: GitLimits | None = None,
         cache_budget_bytes: int | None = None,
+        patch_limits: PatchLimits | None = None,
     ) -> None:
         self.cache_root = Path(cache_root)
         self._resolve = resolve
         self.limits = limits or GitLimits()
         # The caches under cache_root in all (None: unbounded); see `evict_caches`.
         self.cache_budget_bytes = cache_budget_bytes
+        self.patch_limits = patch_limits or PatchLimits()
 
     def open(self, workspace_id: str) -> GitWorkspace:
         if not re.match(ID_PATTERN, workspace_id):
             raise ValueError(f"not a workspace id: {workspace_id!r}")
         remote = self._resolve(workspace_id)
         cache_path = self.cache_root / f"{workspace_id}-{remote.cache_key}.git"
-        return GitWorkspace(workspace_id, remote, cache_path, limits=self.limits, after_use=self._after_use)
+        return GitWorkspace(
+            workspace_id,
+            remote,
+            cache_path,
+            limits=self.limits,
+            after_use=self._after_use,
+            patch_limits=self.patch_limits,
+        )
 
     def _after_use(self) -> None:
         if self.cache_budget_bytes is not None:
@@ -200,12 +217,14 @@ class GitWorkspace:
         *,
         limits: GitLimits | None = None,
         after_use: Callable[[], None] | None = None,
+        patch_limits: PatchLimits | None = None,
     ) -> None:
         self.workspace_id = workspace_id
         self.remote = remote
         self.cache_path = cache_path
         self.limits = limits or GitLimits()
         self._after_use = after_use
+        self.patch_limits = patch_limits or PatchLimits()
         self._branch = Ref(b"refs/heads/" + remote.branch.encode())
         self._base = Ref(b"refs/heads/" + remote.base_branch.encode())
         credentials = remote.credentials
@@ -246,6 +265,9 @@ class GitWorkspace:
             raise ValueError(f"not a job id: {job_id!r}")  # it goes into the trailer, which must stay one line
         if author is not None and not _IDENTITY.match(author):
             raise PermanentJobError(f"author must look like 'Name <email>', got {author!r}")
+        too_large = patch_bytes_error(patch, self.patch_limits) or patch_hunks_error(patch, self.patch_limits)
+        if too_large:  # refused before the remote is touched
+            raise PatchDoesNotApplyError(PATCH_AS_A_WHOLE, None, too_large)
         full_message = f"{message.rstrip()}\n\n{JOB_TRAILER}: {job_id}\n"
         with self._cache() as repo:
             heads = self._fetch(repo, [self._branch, self._base])
@@ -258,7 +280,7 @@ class GitWorkspace:
             if existing is not None:
                 raise JobAlreadyOnBranchError(existing, self.remote.branch)
             parent_tree = None if expected_head == ROOT_HEAD else _commit(repo.object_store, expected_head).tree
-            tree = _patched_tree(repo.object_store, parent_tree, patch)
+            tree = _patched_tree(repo.object_store, parent_tree, patch, self.patch_limits)
             git_commit = _new_commit(
                 tree,
                 parents=[] if expected_head == ROOT_HEAD else [ObjectID(expected_head.encode())],
@@ -604,7 +626,7 @@ def _new_commit(tree: ObjectID, *, parents: list[ObjectID], message: str, author
     return commit
 
 
-def _patched_tree(store: BaseObjectStore, tree: ObjectID | None, patch: str) -> ObjectID:
+def _patched_tree(store: BaseObjectStore, tree: ObjectID | None, patch: str, limits: PatchLimits) -> ObjectID:
     """Apply `patch` to `tree` (None: the empty tree) and store the new blobs and trees; returns the new root."""
 
     def entry(path: str) -> tuple[int, ObjectID] | None:
@@ -631,7 +653,7 @@ def _patched_tree(store: BaseObjectStore, tree: ObjectID | None, patch: str) -> 
         assert isinstance(blob, Blob)
         return blob.data
 
-    changes = apply_patch_to_files(patch, read)
+    changes = apply_patch_to_files(patch, read, limits)
     modes: dict[str, int] = {}  # modes this patch gave, for a later rename of the same file
 
     def mode_of(change: FileChange) -> int:

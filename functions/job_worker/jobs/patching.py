@@ -4,11 +4,17 @@
 `rename from`/`rename to`, `old mode`/`new mode`) or a plain unified diff (`---`/`+++`/`@@`) and returns the new
 content of every file it touches. It checks every hunk's context and removed lines against the current content, as
 `git apply` does: a hunk applies at the line it states or, when those lines moved, at the nearest place where all of
-them match (never with fuzz). Anything else is a `PatchDoesNotApplyError` that names the file and the hunk.
+them match (never with fuzz) within PATCH_SEARCH_WINDOW_LINES lines of it. Anything else is a
+`PatchDoesNotApplyError` that names the file and the hunk.
+
+A patch's work is bounded (`agent_jobs.patch_limits`): a patch over PATCH_MAX_BYTES or PATCH_MAX_HUNKS is refused
+before it is parsed, and the search for a hunk whose lines moved costs time linear in the window and the hunk, not in
+the file, so a hostile patch cannot hold a worker for long.
 
 Plain diffs are read as `git apply` reads them, with two differences: paths keep their first component unless it is
 the usual `a/`/`b/` prefix, and a plain diff whose hunks only add lines (`@@ -0,0 +1,N @@`) creates its file when
-the file is missing, as GNU patch does. A git-format diff says `new file mode` to create a file.
+the file is missing, as GNU patch does. A git-format diff says `new file mode` to create a file. Unlike `git apply`,
+a file one section of the patch writes cannot be changed again by a later section (git diff never writes that).
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from unidiff.constants import DEV_NULL, LINE_TYPE_ADDED, LINE_TYPE_CONTEXT, LINE
 from unidiff.errors import UnidiffParseError
 from unidiff.patch import Hunk, PatchedFile, PatchSet
 
+from agent_jobs.patch_limits import PatchLimits, hunk_count_error, patch_bytes_error, patch_hunks_error
 from jobs.errors import PermanentJobError
 
 REGULAR_FILE_MODE = 0o100644
@@ -35,6 +42,7 @@ _FIX_IT = "regenerate the patch against the branch head"
 _SHOWN_LINE_CHARS = 80
 _C_ESCAPES = {"a": 7, "b": 8, "t": 9, "n": 10, "v": 11, "f": 12, "r": 13, '"': 34, "\\": 92}
 _GIT_PREFIX = re.compile(r"^[abciow12]/")
+_CODE_POINTS = 0x110000  # a line of a search window is one character of a string, its code point the line's number
 
 
 class PatchDoesNotApplyError(PermanentJobError):
@@ -74,20 +82,43 @@ class _FileEntry:
     new_mode: int | None
 
 
-def apply_patch_to_files(patch: str, read: Callable[[str], bytes | None]) -> list[FileChange]:
+def apply_patch_to_files(
+    patch: str, read: Callable[[str], bytes | None], limits: PatchLimits | None = None
+) -> list[FileChange]:
     """Apply `patch` to the files `read` returns (None: no such file) and return what changed, in patch order.
 
-    Raises PatchDoesNotApplyError when the patch cannot be parsed, creates a file that exists, modifies or deletes
-    one that does not, or has a hunk whose context or removed lines differ from the file's content.
+    Raises PatchDoesNotApplyError when the patch is over `limits` (the defaults of PatchLimits when None), cannot be
+    parsed, creates a file that exists, modifies or deletes one that does not, or has a hunk whose context or removed
+    lines differ from the file's content at its line and within the search window around it.
     """
-    overlay: dict[str, bytes | None] = {}  # what earlier entries of this patch did: a patch may touch a file twice
+    limits = limits or PatchLimits()
+    too_large = patch_bytes_error(patch, limits) or patch_hunks_error(patch, limits)
+    if too_large:
+        raise PatchDoesNotApplyError(PATCH_AS_A_WHOLE, None, too_large)
+    # What earlier entries of this patch did. A file one of them removed may come back (a rename, then a new file
+    # of the old name; a file that becomes a symlink), but one of them wrote is not written again: each such section
+    # would copy the whole file, so a small patch of many sections of one large file could take minutes and gigabytes.
+    overlay: dict[str, bytes | None] = {}
 
     def current(path: str) -> bytes | None:
-        return overlay[path] if path in overlay else read(path)
+        if path not in overlay:
+            return read(path)
+        if overlay[path] is not None:
+            raise PatchDoesNotApplyError(
+                path,
+                None,
+                "an earlier section of the patch changes this file too; send one section per file, as git "
+                "diff writes it",
+            )
+        return None
 
     changes: list[FileChange] = []
-    for entry in _parse(patch):
-        change = _apply_entry(entry, current)
+    entries = _parse(patch)
+    too_many = hunk_count_error(len(entries), limits, "file sections")
+    if too_many:
+        raise PatchDoesNotApplyError(PATCH_AS_A_WHOLE, None, too_many)
+    for entry in entries:
+        change = _apply_entry(entry, current, limits.search_window_lines)
         if change.old_path is not None:
             overlay[change.old_path] = None
         overlay[change.path] = change.content
@@ -187,12 +218,12 @@ def _check_path(path: str) -> None:
         raise PatchDoesNotApplyError(path, None, "the path must be relative, inside the repository and not in .git")
 
 
-def _apply_entry(entry: _FileEntry, current: Callable[[str], bytes | None]) -> FileChange:
+def _apply_entry(entry: _FileEntry, current: Callable[[str], bytes | None], window: int) -> FileChange:
     if entry.old_path is None:
         assert entry.new_path is not None  # unidiff never yields /dev/null on both sides
         if current(entry.new_path) is not None:
             raise PatchDoesNotApplyError(entry.new_path, None, f"the patch creates this file but it exists; {_FIX_IT}")
-        content = _apply_hunks(entry.new_path, b"", entry.hunks)
+        content = _apply_hunks(entry.new_path, b"", entry.hunks, window)
         return FileChange(entry.new_path, content, mode=entry.new_mode or REGULAR_FILE_MODE)
 
     original = current(entry.old_path)
@@ -201,9 +232,9 @@ def _apply_entry(entry: _FileEntry, current: Callable[[str], bytes | None]) -> F
         if entry.git_format or not only_additions or entry.new_path is None:
             raise PatchDoesNotApplyError(entry.old_path, None, f"no such file in the workspace; {_FIX_IT}")
         # A plain diff that only adds lines creates its file, as GNU patch does.
-        return FileChange(entry.new_path, _apply_hunks(entry.new_path, b"", entry.hunks), mode=entry.new_mode)
+        return FileChange(entry.new_path, _apply_hunks(entry.new_path, b"", entry.hunks, window), mode=entry.new_mode)
 
-    content = _apply_hunks(entry.old_path, original, entry.hunks)
+    content = _apply_hunks(entry.old_path, original, entry.hunks, window) if entry.hunks else original
     if entry.new_path is None:
         if content:
             remaining = content.count(b"\n") + (not content.endswith(b"\n"))
@@ -253,7 +284,7 @@ def _hunk_sides(hunk: Hunk) -> tuple[list[bytes], list[bytes]]:
     return before, after
 
 
-def _apply_hunks(path: str, content: bytes, hunks: Sequence[Hunk]) -> bytes:
+def _apply_hunks(path: str, content: bytes, hunks: Sequence[Hunk], window: int) -> bytes:
     lines = _split_lines(content)
     result: list[bytes] = []
     cursor = 0  # lines before this index are settled: a hunk cannot apply above the previous one
@@ -261,9 +292,11 @@ def _apply_hunks(path: str, content: bytes, hunks: Sequence[Hunk]) -> bytes:
     for number, hunk in enumerate(hunks, start=1):
         before, after = _hunk_sides(hunk)
         stated = hunk.source_start - 1 if hunk.source_length > 0 else hunk.source_start
-        at = _find(lines, before, stated + drift, cursor)
+        at = _find(lines, before, stated + drift, cursor, window)
         if at is None:
             reason = _mismatch(lines, before, max(stated, 0), cursor)
+            if before and stated >= cursor:
+                reason += f", and its lines are not within {window} lines of it either (PATCH_SEARCH_WINDOW_LINES)"
             raise PatchDoesNotApplyError(path, number, f"{reason}; {_FIX_IT}", hunk_count=len(hunks))
         result.extend(lines[cursor:at])
         result.extend(after)
@@ -273,18 +306,53 @@ def _apply_hunks(path: str, content: bytes, hunks: Sequence[Hunk]) -> bytes:
     return b"".join(result)
 
 
-def _find(lines: list[bytes], before: list[bytes], preferred: int, cursor: int) -> int | None:
-    """Where `before` matches `lines`: at `preferred`, else at the nearest place at or after `cursor`."""
+def _find(lines: list[bytes], before: list[bytes], preferred: int, cursor: int, window: int) -> int | None:
+    """Where `before` matches `lines`: at `preferred`, else at the nearest place at or after `cursor` and at most
+    `window` lines from `preferred` (above it when two are as near)."""
     last_start = len(lines) - len(before)
     if cursor <= preferred <= last_start and lines[preferred : preferred + len(before)] == before:
         return preferred
     if not before:
         return None  # a hunk with no context and nothing removed only applies where it says
-    for distance in range(1, max(preferred - cursor, last_start - preferred) + 1):
-        for at in (preferred - distance, preferred + distance):
-            if cursor <= at <= last_start and lines[at : at + len(before)] == before:
-                return at
-    return None
+    low, high = max(cursor, preferred - window), min(last_start, preferred + window)
+    if low > high:
+        return None
+    at = _nearest(lines[low : high + len(before)], before, preferred - low)
+    return None if at is None else low + at
+
+
+def _nearest(region: list[bytes], before: list[bytes], preferred: int) -> int | None:
+    """Where in `region` `before` matches nearest to `preferred` (above it when two are as near), in time linear in
+    their lengths: each line becomes one character (its number among the region's distinct lines), and str.find,
+    whose worst case is linear, looks for the hunk's string below `preferred` and, in the reversed string, above."""
+    numbers = dict(zip(region, range(len(region)), strict=True))  # a line's number: where it last is in the region
+    if any(line not in numbers for line in before):
+        return None
+    text, needle = (
+        "".join(map(chr, map(numbers.__getitem__, lines)))
+        if len(region) <= _CODE_POINTS
+        else "".join([chr(numbers[line] % _CODE_POINTS) for line in lines])
+        for lines in (region, before)
+    )
+    size, length = len(text), len(needle)
+
+    def matches(at: int) -> bool:  # false only when two line numbers share a code point (over 1,114,112 lines)
+        return region[at : at + length] == before
+
+    below = text.find(needle, max(preferred, 0))
+    while below >= 0 and not matches(below):
+        below = text.find(needle, below + 1)
+    reversed_text, reversed_needle = text[::-1], needle[::-1]
+    # A match at `at` in text is one at `size - at - length` in the reversed text: the first there from the point
+    # that stands for `preferred - 1` is the last match above `preferred`.
+    start = size - min(preferred, size - length + 1) + 1 - length
+    above = reversed_text.find(reversed_needle, max(start, 0)) if preferred > 0 else -1
+    while above >= 0 and not matches(size - above - length):
+        above = reversed_text.find(reversed_needle, above + 1)
+    above = size - above - length if above >= 0 else -1
+    if above >= 0 and (below < 0 or preferred - above <= below - preferred):
+        return above
+    return below if below >= 0 else None
 
 
 def _mismatch(lines: list[bytes], before: list[bytes], stated: int, cursor: int) -> str:

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from agent_jobs.patch_limits import PatchLimits
 from agent_jobs.tenancy import TenantBounds
 from jobs.errors import PermanentJobError
 
@@ -40,10 +41,12 @@ class RegisteredWorkspaceStore:
         bounds: TenantBounds | None = None,
         limits: GitLimits | None = None,
         cache_budget_bytes: int | None = None,
+        patch_limits: PatchLimits | None = None,
     ) -> None:
         self._registry = registry
         self._limits = limits
         self._cache_budget_bytes = cache_budget_bytes
+        self.patch_limits = patch_limits or PatchLimits()
         self.bounds = bounds or TenantBounds()
         self._tokens = tokens or _read_token
         self._clock = clock
@@ -58,7 +61,11 @@ class RegisteredWorkspaceStore:
             from jobs.git_workspace import GitWorkspaceStore
 
             self._git_store = GitWorkspaceStore(
-                self._cache_root, self._remote, limits=self._limits, cache_budget_bytes=self._cache_budget_bytes
+                self._cache_root,
+                self._remote,
+                limits=self._limits,
+                cache_budget_bytes=self._cache_budget_bytes,
+                patch_limits=self.patch_limits,
             )
         return self._git_store
 

@@ -31,8 +31,11 @@ if TYPE_CHECKING:
 Item = dict[str, Any]
 Clock = Callable[[], int]
 
-# A stored message body larger than this is truncated (DynamoDB items are capped at 400 KB).
+# A stored message body larger than this (in characters, and in UTF-8 bytes) is truncated (DynamoDB items are capped
+# at 400 KB).
 MAX_STORED_BODY_CHARS = 300_000
+# A stored error (or rejection reason) longer than this is cut short: it may quote what a tenant sent (a path).
+MAX_STORED_ERROR_CHARS = 10_000
 # Sparse indexes (template.yaml): PARKED jobs by workspace in SequenceNumber order; halted workspaces by tenant.
 PARKED_INDEX = "parkedByWorkspace"
 HALTED_INDEX = "haltedByTenant"
@@ -705,7 +708,7 @@ class JobGuard:
                         {
                             ":failed": str(JobStatus.FAILED),
                             ":inflight": str(JobStatus.IN_FLIGHT),
-                            ":error": error,
+                            ":error": _stored_error(error),
                             ":now": now,
                             ":owner": lease.owner,
                             **self._failure_values(),
@@ -769,8 +772,8 @@ class JobGuard:
             ":type": str(message.type),
             ":hash": message.payload_hash,
             ":mid": message_id,
-            ":body": body[:MAX_STORED_BODY_CHARS],
-            ":reason": reason,
+            ":body": _stored_body(body),
+            ":reason": _stored_error(reason),
             ":pws": message.workspace_id,
             ":pseq": parked_sequence(sequence_number, now),
             ":empty": [],
@@ -880,8 +883,8 @@ class JobGuard:
             ":rejected": str(JobStatus.REJECTED),
             ":wid": workspace_id,
             ":mid": message_id,
-            ":body": body[:MAX_STORED_BODY_CHARS],
-            ":reason": reason,
+            ":body": _stored_body(body),
+            ":reason": _stored_error(reason),
             ":now": now,
             ":empty": [],
             ":entry": [{"status": str(JobStatus.REJECTED), "at": now, "reason": reason[:500]}],
@@ -1579,7 +1582,7 @@ class JobGuard:
         values = {
             ":parked": str(JobStatus.PARKED),
             ":inflight": str(JobStatus.IN_FLIGHT),
-            ":error": error,
+            ":error": _stored_error(error),
             ":now": now,
             ":owner": lease.owner,
             **self._failure_values(),
@@ -1829,7 +1832,7 @@ class JobGuard:
         values: dict[str, Any] = {
             ":dead": str(JobStatus.DEAD),
             ":status": expect_status,
-            ":error": error,
+            ":error": _stored_error(error),
             ":now": now,
             ":entry": [{"status": str(JobStatus.DEAD), "at": now, "error": error[:500]}],
             ":empty": [],
@@ -1837,7 +1840,7 @@ class JobGuard:
         # The body is kept so that an operator can retry the job on resume (only DEAD jobs pay for storing it).
         store_body = ""
         if body is not None:
-            values[":body"] = body[:MAX_STORED_BODY_CHARS]
+            values[":body"] = _stored_body(body)
             store_body = ", body = :body"
         condition = "#status = :status"
         if expect_owner is None:
@@ -1880,3 +1883,15 @@ class JobGuard:
                 return False
             raise
         return True
+
+
+def _stored_body(body: str) -> str:
+    """`body` cut to MAX_STORED_BODY_CHARS characters and as many UTF-8 bytes: a character takes up to four bytes, and
+    a body cut by characters alone could make its item too large to write, on every delivery of its message."""
+    head = body[:MAX_STORED_BODY_CHARS].encode("utf-8", errors="replace")[:MAX_STORED_BODY_CHARS]
+    return head.decode("utf-8", errors="ignore")  # a character the cut split in two is left out
+
+
+def _stored_error(error: str) -> str:
+    """`error` cut to MAX_STORED_ERROR_CHARS characters (marked with an ellipsis), so that its record stays writable."""
+    return error if len(error) <= MAX_STORED_ERROR_CHARS else error[: MAX_STORED_ERROR_CHARS - 1] + "…"

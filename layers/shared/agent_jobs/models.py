@@ -397,6 +397,23 @@ class WorkspaceRegistration(_Model):
         return self.github_api_url or GITHUB_API_URL
 
 
+MAX_TEST_COMMANDS_BYTES = 65_536
+"""The most a registration's test commands may hold, in UTF-8 bytes of their arguments: a registration is stored as
+one DynamoDB item (at most 400 KB, next to the workspace's halt state), and each command is within its own limits."""
+
+
+def test_commands_size_error(registration: WorkspaceRegistration) -> str | None:
+    """Why the registration's test commands are too large to store (MAX_TEST_COMMANDS_BYTES), or None."""
+    size = sum(len(argument.encode()) for command in registration.test_commands.values() for argument in command)
+    if size <= MAX_TEST_COMMANDS_BYTES:
+        return None
+    return (
+        f"the test commands hold {size:,} bytes; the limit is {MAX_TEST_COMMANDS_BYTES:,} bytes of arguments in all "
+        "(a registration is stored as one DynamoDB item, at most 400 KB): register shorter commands, e.g. a script "
+        "in the repository that runs the suite"
+    )
+
+
 @dataclass(frozen=True)
 class RegisteredWorkspace:
     """A workspace as registered: its owner, its registration and when it was first registered (epoch ms)."""

@@ -7,6 +7,12 @@ from typing import Annotated, Final
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from agent_jobs.patch_limits import (
+    DEFAULT_PATCH_MAX_BYTES,
+    DEFAULT_PATCH_MAX_HUNKS,
+    DEFAULT_PATCH_SEARCH_WINDOW_LINES,
+)
+
 # The last deliveries of a message before the queue's redrive: the worker parks a failing record on one of them, and a
 # claim on one of them does not take over a lease whose worker never came back (a crash there could let the queue
 # dead-letter the job and hand out the next job of its workspace). More than one, so that an invocation that crashes
@@ -48,6 +54,12 @@ class Settings(BaseSettings):
     # The API's own request limit: a synchronous Lambda invocation carries at most 6 MB (the event, with the body
     # JSON-escaped inside it), below API Gateway HTTP API's 10 MB, so 5.5 MiB leaves room for the envelope.
     max_request_bytes: Annotated[int, Field(ge=1024, le=6_000_000)] = 5_767_168
+    # An apply_patch job's patch: at most PATCH_MAX_BYTES (UTF-8) and PATCH_MAX_HUNKS hunks (and file sections); the
+    # API refuses a larger one (413, 422) and the worker ends one DEAD. A hunk whose lines are not at its stated line
+    # is looked for at most PATCH_SEARCH_WINDOW_LINES lines above and below it. Together they bound a patch's CPU time.
+    patch_max_bytes: Annotated[int, Field(ge=1024)] = DEFAULT_PATCH_MAX_BYTES
+    patch_max_hunks: Annotated[int, Field(ge=1)] = DEFAULT_PATCH_MAX_HUNKS
+    patch_search_window_lines: Annotated[int, Field(ge=0, le=100_000)] = DEFAULT_PATCH_SEARCH_WINDOW_LINES
     job_ttl_days: Annotated[int, Field(ge=1)] = 30
     time_safety_margin_ms: Annotated[int, Field(ge=0)] = 10_000
     backoff_base_seconds: Annotated[int, Field(ge=0)] = 2
