@@ -253,6 +253,9 @@ class BatchWorker:
             except RetryLaterError as retry:
                 delays[record.message_id] = retry.delay_seconds
                 raise
+            except Exception as error:
+                self._report_failed_record(record, error)
+                raise
 
         response = process_partial_response(
             event={"Records": records}, record_handler=record_handler, processor=processor, context=context
@@ -269,6 +272,24 @@ class BatchWorker:
             return get_entity()
         except Exception:  # no segment to attach to (not in Lambda): the jobs' subsegments are dropped as before
             return None
+
+    def _report_failed_record(self, record: SQSRecord, error: Exception) -> None:
+        """An unplanned failure of a record (DynamoDB or SQS unreachable, throttled, a bug): the processor reports
+        it failed and the queue brings it back, so it is logged here, with its job and cause, and counted by cause
+        (`RecordsFailed<Cause>`); its group stops behind it."""
+        cause = failure_cause(error)
+        self.logger.error(
+            "record failed: it comes back after its visibility timeout",
+            extra={
+                "jobId": _job_id_if_any(record.body),
+                "workspaceId": workspace_id_from_group(record.attributes.message_group_id or ""),
+                "messageId": record.message_id,
+                "cause": cause,
+                "error": f"{type(error).__name__}: {error}"[:1000],
+            },
+            exc_info=error,
+        )
+        self._count(f"RecordsFailed{cause}")
 
     # ---- one record ----------------------------------------------------------------------------------------------
 
@@ -888,6 +909,40 @@ def _job_type_if_any(record: SQSRecord) -> str:
         candidates.append(attribute.string_value)
     known = {str(job_type) for job_type in JobType}
     return next((str(c) for c in candidates if isinstance(c, str) and c in known), UNKNOWN_JOB_TYPE)
+
+
+# AWS error codes by what they mean for a record that failed on them.
+_THROTTLED_CODES = frozenset(
+    {
+        "ProvisionedThroughputExceededException",
+        "RequestLimitExceeded",
+        "ThrottlingException",
+        "Throttling",
+        "TooManyRequestsException",
+    }
+)
+_CONFLICT_CODES = frozenset(
+    {"TransactionConflictException", "TransactionCanceledException", "TransactionInProgressException"}
+)
+_UNAVAILABLE_CODES = frozenset({"InternalServerError", "ServiceUnavailable", "InternalFailure", "RequestTimeout"})
+
+
+def failure_cause(error: BaseException) -> str:
+    """What kind of failure a record met: Throttled, Conflict (a transaction that lost to another writer),
+    Unavailable (the service could not be reached or answered 5xx), Aws (another AWS error), or Other."""
+    if isinstance(error, ClientError):
+        code = str(error.response.get("Error", {}).get("Code", ""))
+        status = int(error.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
+        if code in _THROTTLED_CODES:
+            return "Throttled"
+        if code in _CONFLICT_CODES:
+            return "Conflict"
+        if code in _UNAVAILABLE_CODES or status >= 500:
+            return "Unavailable"
+        return "Aws"
+    if isinstance(error, BotoCoreError):  # no answer at all: connection refused, timed out, closed
+        return "Unavailable"
+    return "Other"
 
 
 def _job_id_if_any(body: str) -> str | None:
