@@ -38,7 +38,14 @@ from typing import TYPE_CHECKING, Any, Final
 
 from agent_jobs.guard import JobGuard
 from agent_jobs.keys import workspace_group_id, workspace_id_from_group
-from agent_jobs.models import DRAIN_MESSAGE_TYPE, DrainMarker, JobMessage, JobStatus, WorkspaceState, payload_hash
+from agent_jobs.models import (
+    DRAIN_MESSAGE_TYPE,
+    DrainMarker,
+    JobMessage,
+    JobStatus,
+    WorkspaceState,
+    parse_queue_message,
+)
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs.client import SQSClient
@@ -393,14 +400,12 @@ def _is_current_marker(guard: JobGuard, message: DeadLetter) -> bool:
 def _parse_job_message(message: DeadLetter) -> tuple[JobMessage | None, str]:
     """The job message, validated as the worker validates it, or None and what is wrong with it."""
     try:
-        job = JobMessage.model_validate_json(message.body)
-        request = job.request()
+        job = parse_queue_message(message.body)
+        job.request()
     except ValueError as error:
         return None, _first_line(error)
     if message.group_id != workspace_group_id(job.workspace_id):
         return None, f"message group {message.group_id!r} is not workspace {job.workspace_id!r}'s group"
-    if payload_hash(request) != job.payload_hash:
-        return None, "payloadHash does not match the payload"
     return job, ""
 
 

@@ -61,7 +61,7 @@ from agent_jobs.models import (
     JobType,
     PayloadUnavailableError,
     WorkspaceState,
-    payload_hash,
+    parse_queue_message,
 )
 from agent_jobs.payloads import resolve_payload
 from agent_jobs.resume import send_drain_marker
@@ -93,16 +93,12 @@ def parse_job_message(body: str, group: str) -> JobMessage:
     Raises (pydantic's ValidationError, ValueError) when the body is not a valid job of the workspace of `group`.
     A large job's payload stays a pointer here; `BatchWorker._resolve_payload` fetches it before the job runs.
     """
-    message = JobMessage.model_validate_json(body)
-    problems = []
+    # payloadHash is derived when a direct producer left it out (`parse_queue_message`); a pointer message
+    # (payloadRef) is checked against its object when resolved (BatchWorker._resolve_payload).
+    message = parse_queue_message(body)
     if group != workspace_group_id(message.workspace_id):
         # Two groups feeding one workspace would let two of its jobs run at once.
-        problems.append(f"message group {group!r} is not workspace {message.workspace_id!r}'s group")
-    # A pointer message (payloadRef) is checked against its object when resolved (BatchWorker._resolve_payload).
-    if message.payload is not None and payload_hash(message.request()) != message.payload_hash:
-        problems.append("payloadHash does not match the payload")
-    if problems:
-        raise ValueError("; ".join(problems))
+        raise ValueError(f"message group {group!r} is not workspace {message.workspace_id!r}'s group")
     return message
 
 

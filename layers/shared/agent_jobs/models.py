@@ -246,6 +246,36 @@ def payload_hash(job: ApplyPatchJob | RunTestsJob | OpenPrJob) -> str:
     return hashlib.sha256(document).hexdigest()
 
 
+def parse_queue_message(body: str) -> JobMessage:
+    """A queue message body as a JobMessage, for messages of the API and of producers that send to the queue directly.
+
+    `payloadHash` is optional on the wire: when absent, it is derived from the inline payload. A hash of the payload
+    exactly as sent (the canonical document without the fields the job model fills in by default) is accepted too,
+    and replaced by the canonical one, so that every record of a job holds the same hash. Any other hash is refused
+    (ValueError): the body is not the job its producer hashed. Raises pydantic's ValidationError or ValueError for a
+    body that is not a job message.
+    """
+    try:
+        message = JobMessage.model_validate_json(body)
+    except ValidationError as error:
+        if not any(item["type"] == "missing" and item["loc"] == ("payloadHash",) for item in error.errors()):
+            raise
+        data = json.loads(body)
+        request = _job_request_adapter().validate_python(
+            {key: data.get(key) for key in ("jobId", "workspaceId", "type", "payload")}
+        )
+        return JobMessage.model_validate({**data, "payloadHash": payload_hash(request)})
+    if message.payload is None:
+        return message  # a pointer message is checked against its object when it is resolved
+    canonical = payload_hash(message.request())
+    if canonical == message.payload_hash:
+        return message
+    as_sent = hashlib.sha256(canonical_job_document(message.workspace_id, message.type, message.payload)).hexdigest()
+    if as_sent == message.payload_hash:
+        return message.model_copy(update={"payload_hash": canonical})
+    raise ValueError("payloadHash does not match the payload; leave it out to have it derived from the payload")
+
+
 def job_message(job: ApplyPatchJob | RunTestsJob | OpenPrJob, tenant_id: str) -> JobMessage:
     return JobMessage(
         job_id=job.job_id,
