@@ -73,9 +73,15 @@ CHILD = textwrap.dedent(
 
 
 def run_child(bomb: Path, other: Path, caches: Path, mode: str) -> dict[str, Any]:
+    return run_script(CHILD, str(bomb), str(other), str(caches), mode)
+
+
+def run_script(source: str, *args: str) -> dict[str, Any]:
+    """Run `source` in a fresh interpreter (its own peak RSS) with the project importable; its last output line, a
+    JSON report."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, PYTHONPATH))}
     done = subprocess.run(
-        [sys.executable, "-c", CHILD, str(bomb), str(other), str(caches), mode],
+        [sys.executable, "-c", source, *args],
         capture_output=True,
         text=True,
         env=env,
@@ -268,20 +274,9 @@ def test_jobs_running_at_once_take_turns_with_large_objects(tmp_path: Path) -> N
     # Given 4 workspaces, each a remote of one 40 MiB file (within MAX_BLOB_BYTES)
     for n in range(CONCURRENT_JOBS):
         zero_bomb_remote(tmp_path / f"ws-{n}.git", LARGE_FILE_BYTES)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, PYTHONPATH))}
 
     # When one worker runs a job of each at once (fetch and checkout)
-    done = subprocess.run(
-        [sys.executable, "-c", CONCURRENT_CHILD, str(tmp_path), str(CONCURRENT_JOBS), "serialized"],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=ROOT,
-        timeout=240,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    report = json.loads(done.stdout.strip().splitlines()[-1])
+    report = run_script(CONCURRENT_CHILD, str(tmp_path), str(CONCURRENT_JOBS), "serialized")
     print(
         f"\n{CONCURRENT_JOBS} jobs at once, each fetching and checking out a {LARGE_FILE_BYTES // MIB} MiB file:"
         f" peak RSS {report['peak_mb']:.1f} MB in {report['seconds']} s"

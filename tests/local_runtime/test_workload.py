@@ -15,6 +15,23 @@ import pytest
 from agent_jobs_local.workload import NO_ANSWER, Agents, Submissions, WorkloadConfig, _send, make_plan
 
 
+class QuietHandler(BaseHTTPRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def serve(handler: type[BaseHTTPRequestHandler]) -> tuple[ThreadingHTTPServer, str]:
+    """`handler` served on a free port of 127.0.0.1 by a daemon thread: the server and its URL."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}"
+
+
+def stop(server: ThreadingHTTPServer) -> None:
+    server.shutdown()
+    server.server_close()
+
+
 class FlakyApi:
     """POST /jobs on 127.0.0.1 that resets the connection, then answers 503 with a non-JSON body, then 202, for each
     jobId in turn; records every body it received."""
@@ -24,7 +41,7 @@ class FlakyApi:
         self._lock = threading.Lock()
         api = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 with api._lock:
@@ -40,20 +57,14 @@ class FlakyApi:
                 self.end_headers()
                 self.wfile.write(payload)
 
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
+        self.server, self.url = serve(Handler)
 
 
 @pytest.fixture
 def flaky_api() -> Iterator[FlakyApi]:
     api = FlakyApi()
     yield api
-    api.server.shutdown()
-    api.server.server_close()
+    stop(api.server)
 
 
 def test_no_answer_is_reported_as_such() -> None:
@@ -109,7 +120,7 @@ class QuotaApi:
         self._lock = threading.Lock()
         api = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             def do_POST(self) -> None:
                 jobs = json.loads(self.rfile.read(int(self.headers["Content-Length"])))["jobs"]
                 job_ids = [job["jobId"] for job in jobs]
@@ -130,20 +141,14 @@ class QuotaApi:
                 self.end_headers()
                 self.wfile.write(payload)
 
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
+        self.server, self.url = serve(Handler)
 
 
 @pytest.fixture
 def quota_api() -> Iterator[QuotaApi]:
     api = QuotaApi()
     yield api
-    api.server.shutdown()
-    api.server.server_close()
+    stop(api.server)
 
 
 def test_batch_agents_send_a_job_a_quota_refused_again(quota_api: QuotaApi) -> None:

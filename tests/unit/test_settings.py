@@ -3,7 +3,9 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
+from agent_jobs.patch_limits import PatchLimits
 from agent_jobs.settings import Settings
+from jobs.limits import GitLimits
 
 
 def test_settings_read_the_environment(monkeypatch: pytest.MonkeyPatch):
@@ -51,14 +53,30 @@ def test_settings_allow_claims_lost_to_crashes_up_to_the_last_deliveries():
     assert Settings(table_name="t", queue_url="q", max_attempts=3, max_receive_count=5).max_claims == 3
 
 
-def test_settings_read_the_git_limits_of_a_job(monkeypatch: pytest.MonkeyPatch):
-    from jobs.limits import GitLimits
-
-    monkeypatch.setenv("MAX_BLOB_BYTES", "2048")
-    monkeypatch.setenv("MAX_FETCH_BYTES", "4096")
-    monkeypatch.setenv("MAX_CHECKOUT_BYTES", "8192")
-    limits = GitLimits.from_settings(Settings(table_name="t", queue_url="q"))
-    assert limits == GitLimits(max_blob_bytes=2048, max_fetch_bytes=4096, max_checkout_bytes=8192)
+@pytest.mark.parametrize(
+    ("environment", "limits"),
+    [
+        pytest.param(
+            {"MAX_BLOB_BYTES": "2048", "MAX_FETCH_BYTES": "4096", "MAX_CHECKOUT_BYTES": "8192"},
+            GitLimits(max_blob_bytes=2048, max_fetch_bytes=4096, max_checkout_bytes=8192),
+            id="git",
+        ),
+        pytest.param(
+            {"PATCH_MAX_BYTES": "2048", "PATCH_MAX_HUNKS": "7", "PATCH_SEARCH_WINDOW_LINES": "0"},
+            PatchLimits(max_bytes=2048, max_hunks=7, search_window_lines=0),
+            id="patch",
+        ),
+    ],
+)
+def test_settings_read_the_limits_of_a_job_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch, environment: dict[str, str], limits: GitLimits | PatchLimits
+):
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    assert type(limits).from_settings(Settings(table_name="t", queue_url="q")) == limits
+    for name in environment:
+        monkeypatch.delenv(name)
+    assert type(limits).from_settings(Settings(table_name="t", queue_url="q")) == type(limits)()
 
 
 def test_settings_size_the_cache_budget_from_the_ephemeral_storage(monkeypatch: pytest.MonkeyPatch):
@@ -72,19 +90,3 @@ def test_settings_size_the_cache_budget_from_the_ephemeral_storage(monkeypatch: 
     assert Settings(table_name="t", queue_url="q").cache_budget_bytes == left + 512 * MIB
     monkeypatch.setenv("WORKSPACE_CACHE_BYTES", "1000000")
     assert Settings(table_name="t", queue_url="q").cache_budget_bytes == 1_000_000
-
-
-def test_settings_read_the_patch_limits_from_the_environment(monkeypatch: pytest.MonkeyPatch):
-    from agent_jobs.patch_limits import PatchLimits
-
-    monkeypatch.setenv("PATCH_MAX_BYTES", "2048")
-    monkeypatch.setenv("PATCH_MAX_HUNKS", "7")
-    monkeypatch.setenv("PATCH_SEARCH_WINDOW_LINES", "0")
-
-    limits = PatchLimits.from_settings(Settings(table_name="t", queue_url="q"))
-
-    assert limits == PatchLimits(max_bytes=2048, max_hunks=7, search_window_lines=0)
-    monkeypatch.delenv("PATCH_MAX_BYTES")
-    monkeypatch.delenv("PATCH_MAX_HUNKS")
-    monkeypatch.delenv("PATCH_SEARCH_WINDOW_LINES")
-    assert PatchLimits.from_settings(Settings(table_name="t", queue_url="q")) == PatchLimits()
