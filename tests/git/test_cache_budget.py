@@ -8,9 +8,12 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+from dulwich.refs import Ref
+
 from jobs import apply_patch
 from jobs.context import JobContext
-from jobs.git_workspace import GitRemote, GitWorkspaceStore, evict_caches
+from jobs.git_workspace import GitRemote, GitWorkspace, GitWorkspaceStore, evict_caches
 from tests.git.conftest import BASE_BRANCH, apply_patch_job, commit_files, diff, remote_ref
 
 FILE_BYTES = 96 * 1024
@@ -109,3 +112,32 @@ def test_caches_are_kept_apart_per_owner() -> None:
     with_token = GitRemote("https://x:secret@git.example.com/r.git", "agent/ws-1", owner="tenant-a")
     assert remote_a.cache_key != remote_b.cache_key
     assert remote_a.cache_key == with_token.cache_key  # a new token keeps the cache
+
+
+def test_a_use_that_fails_still_keeps_the_caches_within_the_budget(
+    tmp_path: Path, make_remote: Callable[..., Path]
+) -> None:
+    # Given 3 workspaces on remotes of ~96 KiB each, and a budget of about one cache
+    remotes = {}
+    for n in range(3):
+        remotes[f"ws-{n}"] = make_remote(f"r{n}", empty=True)
+        commit_files(remotes[f"ws-{n}"], BASE_BRANCH, {"data.bin": os.urandom(FILE_BYTES)}, "data\n")
+    root = tmp_path / "caches"
+    store = GitWorkspaceStore(
+        root, lambda ws: GitRemote(str(remotes[ws]), f"agent/{ws}", BASE_BRANCH), cache_budget_bytes=150 * 1024
+    )
+
+    # When each workspace's job fails inside its cache (as a patch that does not apply does)
+    for workspace_id in remotes:
+        with pytest.raises(RuntimeError, match="job failed"):
+            fetch_then_fail(store.open(workspace_id))
+
+    # Then the failed uses were evicted from too: only the last workspace's cache is left
+    assert cached_workspaces(root) == {"ws-2"}
+    assert caches_bytes(root) <= 150 * 1024
+
+
+def fetch_then_fail(workspace: GitWorkspace) -> None:
+    with workspace._cache() as repo:
+        workspace._fetch(repo, [Ref(f"refs/heads/{BASE_BRANCH}".encode())])
+        raise RuntimeError("job failed")

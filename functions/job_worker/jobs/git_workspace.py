@@ -363,26 +363,30 @@ class GitWorkspace:
         """The workspace's bare cache repository, created on first use; one user at a time per machine."""
         self.cache_path.parent.mkdir(parents=True, exist_ok=True)
         lock_path = Path(f"{self.cache_path}.lock")
-        with lock_path.open("a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            try:
-                os.utime(lock_path)  # its last use, which orders the caches for eviction
-                if not (self.cache_path / "HEAD").exists():
-                    # Created aside and renamed, so a crash never leaves half a repository where the cache belongs;
-                    # what such a crash left aside is removed here, under the lock its creator held.
-                    for stale in self.cache_path.parent.glob(f".{self.cache_path.name}-*"):
-                        shutil.rmtree(stale, ignore_errors=True)
-                    staging = Path(tempfile.mkdtemp(prefix=f".{self.cache_path.name}-", dir=self.cache_path.parent))
-                    Repo.init_bare(staging).close()
-                    shutil.rmtree(self.cache_path, ignore_errors=True)
-                    staging.rename(self.cache_path)
-                self._clear_stale_ref_locks()
-                with closing(Repo(str(self.cache_path))) as repo, _large_object_scope():
-                    yield repo
-            finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
-        if self._after_use is not None:
-            self._after_use()
+        try:
+            with lock_path.open("a") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                try:
+                    os.utime(lock_path)  # its last use, which orders the caches for eviction
+                    if not (self.cache_path / "HEAD").exists():
+                        # Created aside and renamed, so a crash never leaves half a repository where the cache
+                        # belongs; what such a crash left aside is removed here, under the lock its creator held.
+                        for stale in self.cache_path.parent.glob(f".{self.cache_path.name}-*"):
+                            shutil.rmtree(stale, ignore_errors=True)
+                        staging = Path(tempfile.mkdtemp(prefix=f".{self.cache_path.name}-", dir=self.cache_path.parent))
+                        Repo.init_bare(staging).close()
+                        shutil.rmtree(self.cache_path, ignore_errors=True)
+                        staging.rename(self.cache_path)
+                    self._clear_stale_ref_locks()
+                    with closing(Repo(str(self.cache_path))) as repo, _large_object_scope():
+                        yield repo
+                finally:
+                    fcntl.flock(lock, fcntl.LOCK_UN)
+        finally:
+            # Also after a use that failed (a patch that does not apply, a limit, a full disk): a tenant's failing
+            # jobs must not leave /tmp over its budget, or every later job of any tenant would fail to fetch.
+            if self._after_use is not None:
+                self._after_use()
 
     def _clear_stale_ref_locks(self) -> None:
         """Remove the `.lock` files of the cache's refs. A process killed while it updated a ref of the cache (an
