@@ -489,12 +489,18 @@ class BatchWorker:
             job_id = _job_id_if_any(record.body)
             attributes = record.message_attributes
             # SQSMessageAttributes.get returns the raw dict; indexing gives the typed attribute
-            tenant = attributes["tenantId"] if "tenantId" in attributes else None  # noqa: SIM401
+            named = attributes["tenantId"] if "tenantId" in attributes else None  # noqa: SIM401
+            tenant = named.string_value if named else None
+            if isinstance(self.workspaces, RegisteredWorkspaceStore):
+                # The attribute is the sender's word: the record is the owner's, and it takes the message's jobId
+                # only when the sender named the owner, so that no sender can take a jobId of the owner's.
+                owner = self._owner(group_workspace)
+                job_id, tenant = (job_id if tenant == owner else None), owner
             rejected = self.services.guard.reject(
                 message_id=record.message_id,
                 job_id=job_id,
                 workspace_id=group_workspace,
-                tenant_id=tenant.string_value if tenant else None,
+                tenant_id=tenant,
                 reason=reason,
                 body=record.body,
             )
@@ -518,6 +524,16 @@ class BatchWorker:
             bound = self._resolve_payload(bound, lambda: self._backoff_seconds(record))
         return bound
 
+    def _owner(self, workspace_id: str) -> str | None:
+        """The tenant that registered `workspace_id` (cached per execution environment); None when nobody did, or
+        for the folder store of the worker's own tests, which has no registrations."""
+        if not isinstance(self.workspaces, RegisteredWorkspaceStore) or not re.match(ID_PATTERN, workspace_id):
+            return None
+        try:
+            return self.workspaces.registration(workspace_id).tenant_id
+        except PermanentJobError:
+            return None  # not registered
+
     def _bind_tenant(self, record: SQSRecord, message: JobMessage) -> JobMessage | None:
         """The message with its job's tenant: the workspace owner's. A message naming another tenant is REJECTED (its
         workspace halted for the owner to see; nothing applied) and None returned; one naming none takes the owner's.
@@ -527,12 +543,7 @@ class BatchWorker:
         the workspace (`_job_context`); without a tenant either, the message is REJECTED with that advice. The folder
         store of the worker's own tests has no registrations: there the message's tenant stands.
         """
-        owner: str | None = None
-        if isinstance(self.workspaces, RegisteredWorkspaceStore):
-            try:
-                owner = self.workspaces.registration(message.workspace_id).tenant_id
-            except PermanentJobError:
-                owner = None  # not registered
+        owner = self._owner(message.workspace_id)
         if owner is not None and message.tenant_id not in (None, owner):
             reason = (
                 f"message names tenant {message.tenant_id} but workspace {message.workspace_id} belongs to another "
@@ -547,9 +558,11 @@ class BatchWorker:
             tenant = owner or message.tenant_id
             return message if tenant == message.tenant_id else message.model_copy(update={"tenant_id": tenant})
         # The owner sees this record on its halted workspace: it names the message's claim, never more of the sender.
+        # A message naming another tenant is recorded under its message id, never under the jobId it names: a
+        # sender must not take a jobId of the owner's (the owner's own job of that jobId would be refused forever).
         rejected = self.services.guard.reject(
             message_id=record.message_id,
-            job_id=message.job_id,
+            job_id=message.job_id if message.tenant_id == owner else None,
             workspace_id=message.workspace_id,
             tenant_id=owner,
             reason=reason,

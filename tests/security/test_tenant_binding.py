@@ -25,7 +25,7 @@ from jobs.errors import PermanentJobError
 from jobs.github import GitHubClient
 from jobs.registered import RegisteredWorkspaceStore
 from processing import BatchWorker
-from tests.conftest import GitWorkspaces, Stack, make_job, register_workspace
+from tests.conftest import GitWorkspaces, Stack, enqueue, make_job, register_workspace
 from tests.integration.test_batch_enqueue import batch_event
 from tests.integration.test_enqueue_api import Api, job_body, post_event, use_environment
 from tests.integration.test_resume_api import resume_event
@@ -129,9 +129,10 @@ def test_worker_rejects_a_message_naming_another_tenant_and_applies_nothing(
 
     response = git_worker(stack, git, tmp_path).handle({"Records": [record]}, lambda_context())
 
-    # Then it is REJECTED with a reason naming both, nothing reached the branch, and the record is the owner's
+    # Then it is REJECTED with a reason naming both, nothing reached the branch, and the record is the owner's,
+    # kept under the message's id: the jobId it names stays free for acme
     assert response == {"batchItemFailures": []}
-    job = stack.job("planted")
+    job = stack.item(f"msg#{record['messageId']}")
     assert job["status"] == JobStatus.REJECTED
     assert job["error"] == (
         "message names tenant mallory but workspace acme-repo belongs to another tenant; nothing was applied"
@@ -139,6 +140,27 @@ def test_worker_rejects_a_message_naming_another_tenant_and_applies_nothing(
     assert job["tenantId"] == "acme"
     assert git.branch("acme-repo") == []
     assert stack.workspace("acme-repo")["state"] == "HALTED"
+    assert stack.job("planted") is None
+    (own,) = enqueue(stack, make_job("planted", "acme-repo"), tenant_id="acme")
+    assert own.created
+
+
+def test_a_bad_message_naming_another_tenant_takes_no_jobid_of_the_owner(
+    stack: Stack, register_git_workspace: Any, sqs_fifo_record: Any, lambda_context: Any, tmp_path: Path
+) -> None:
+    # Given acme's workspace, and a body that is no job, naming acme's next jobId, whose attribute names mallory
+    git = register_git_workspace(stack, "acme-repo", {"README.md": b"acme\n"}, tenant_id="acme")
+    record = sqs_fifo_record("ws#acme-repo", {"jobId": "acme-next", "not": "a job"}, tenant_id="mallory")
+
+    response = git_worker(stack, git, tmp_path).handle({"Records": [record]}, lambda_context())
+
+    # Then it is REJECTED for the owner to see, under its message id; neither tenant's acme-next is taken
+    assert response == {"batchItemFailures": []}
+    rejected = stack.item(f"msg#{record['messageId']}")
+    assert (rejected["status"], rejected["tenantId"]) == (JobStatus.REJECTED, "acme")
+    assert stack.job("acme-next") is None
+    (own,) = enqueue(stack, make_job("acme-next", "acme-repo"), tenant_id="acme")
+    assert own.created
 
 
 def test_worker_gives_a_message_without_a_tenant_the_owners(
