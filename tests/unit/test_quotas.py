@@ -73,3 +73,43 @@ def test_take_without_the_old_count_tries_one_job_fewer_each_time() -> None:
 
     assert limit.take("t1", 5).taken == 2
     assert client.asked == [5, 4, 3, 2]
+
+
+class CountingQueries:
+    """The table's client, counting the index entries its Query calls read."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self.scanned = 0
+
+    def query(self, **arguments: Any) -> dict[str, Any]:
+        response: dict[str, Any] = self.client.query(**arguments)
+        self.scanned += int(response.get("ScannedCount", 0))
+        return response
+
+
+def test_queue_room_reads_at_most_the_limit_of_entries_of_another_tenants_workspace(stack: Stack) -> None:
+    # Given tenant-a's workspace with 30 pending jobs
+    for n in range(30):
+        stack.services.dynamodb.put_item(
+            TableName=stack.table_name,
+            Item={
+                "pk": {"S": f"job#tenant-a#a-{n}"},
+                "jobId": {"S": f"a-{n}"},
+                "tenantId": {"S": "tenant-a"},
+                "pendingWorkspace": {"S": "ws-a"},
+                "queueSeq": {"S": str(n).rjust(40, "0")},
+            },
+        )
+    client = CountingQueries(stack.services.dynamodb)
+    limit = JobQuotas(client, stack.table_name, queued_jobs_per_workspace=5)  # type: ignore[arg-type]
+
+    # When tenant-b asks for room in it (its job is then refused 404), and tenant-a for room in its own
+    room_b = limit.queue_room("ws-a", "tenant-b")
+    scanned_b, client.scanned = client.scanned, 0
+    room_a = limit.queue_room("ws-a", "tenant-a")
+
+    # Then tenant-b's request read no more entries than the limit, as tenant-a's own does
+    assert (room_b, room_a) == (5, 0)
+    assert scanned_b <= 5
+    assert client.scanned <= 5

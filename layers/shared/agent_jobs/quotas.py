@@ -190,11 +190,14 @@ class JobQuotas:
 
     def queue_room(self, workspace_id: str, tenant_id: str) -> int:
         """How many more jobs of `tenant_id` the workspace may queue: the limit less its pending jobs of that tenant,
-        counted up to the limit (a bounded COUNT query of the pending index; eventually consistent)."""
+        counted up to the limit (a bounded COUNT query of the pending index; eventually consistent).
+
+        The query reads at most `limit` index entries, whoever's they are: a tenant sending to another tenant's busy
+        workspace (answered 404 after) makes it read no more than the owner's own request would."""
         limit = self.queued_jobs_per_workspace
-        counted = 0
+        counted = scanned = 0
         start_key: dict[str, Any] | None = None
-        while counted < limit:
+        while scanned < limit:
             arguments: dict[str, Any] = {
                 "TableName": self.table_name,
                 "IndexName": PENDING_INDEX,
@@ -202,12 +205,13 @@ class JobQuotas:
                 "FilterExpression": "tenantId = :tid",
                 "ExpressionAttributeValues": _wire({":wid": workspace_id, ":tid": tenant_id}),
                 "Select": "COUNT",
-                "Limit": limit - counted,
+                "Limit": limit - scanned,
             }
             if start_key is not None:
                 arguments["ExclusiveStartKey"] = start_key
             response = self.client.query(**arguments)
             counted += int(response.get("Count", 0))
+            scanned += int(response.get("ScannedCount", 0))
             start_key = response.get("LastEvaluatedKey")
             if not start_key:
                 break
