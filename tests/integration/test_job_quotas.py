@@ -15,8 +15,9 @@ from botocore.exceptions import ClientError
 from agent_jobs import quotas
 from agent_jobs.guard import JobGuard
 from agent_jobs.models import JobMessage
+from agent_jobs.producer import PayloadTooLargeError, enqueue_job
 from enqueue_api import app
-from tests.conftest import ManualClock, Stack
+from tests.conftest import ManualClock, Stack, make_job, register_workspace
 from tests.integration.test_batch_enqueue import batch_event
 from tests.integration.test_enqueue_api import Api, job_body, use_environment
 
@@ -289,3 +290,29 @@ def test_a_job_whose_record_failed_takes_no_room(
     assert counted(rate_api, "tenant-a", clock) == 0
     accepted = [rate_api.post(job_body(f"a-{n}", "ws-a"), claims=claims("tenant-a")).status for n in range(3)]
     assert accepted == [202, 202, 202]
+
+
+def test_a_job_too_large_to_send_takes_nothing_of_the_tenants_second(stack: Stack) -> None:
+    # Given a producer without a payload store, and a job above its inline limit
+    register_workspace(stack, "ws-a", "tenant-a")
+    clock = ManualClock()
+    limits = quotas.JobQuotas(stack.services.dynamodb, stack.table_name, jobs_per_second_per_tenant=3, clock=clock)
+    job = make_job("big-1", "ws-a", payload={"patch": "+" * 4096, "commitMessage": "big"})
+
+    # When it is sent, it is refused as too large
+    with pytest.raises(PayloadTooLargeError):
+        enqueue_job(
+            job,
+            "tenant-a",
+            guard=stack.guard,
+            sqs=stack.services.sqs,
+            queue_url=stack.queue_url,
+            payloads=None,
+            inline_limit_bytes=1024,
+            quotas=limits,
+        )
+
+    # Then the tenant's second is untouched: all 3 jobs of the limit are still there to take
+    item = stack.item(quotas.rate_key("tenant-a", clock.now // 1000))
+    assert item is None or int(item["jobCount"]) == 0
+    assert limits.take("tenant-a", 3).taken == 3

@@ -107,18 +107,24 @@ def enqueue_job(
     (WorkspaceQueueFullError) or its tenant had MaxJobsPerSecondPerTenant new jobs accepted this second
     (TenantRateLimitError): nothing is recorded or sent. A repeat of an accepted job is answered as always.
     """
-    admission = _admit([job], tenant_id, guard, quotas)
-    if admission is not None and admission.refused:
-        raise admission.refused[0]
     message = job_message(job, tenant_id)
     body = message_body(message)
     size = len(body.encode())
-    if size > inline_limit_bytes:
-        if payloads is None or payloads.bucket is None:
-            raise PayloadTooLargeError(job.job_id, size, inline_limit_bytes)
-        message = payloads.store(message)
-        body = message_body(message)
-    accepted = _counted(quotas, admission, lambda: [guard.record_accepted(message)])[0]
+    if size > inline_limit_bytes and (payloads is None or payloads.bucket is None):
+        raise PayloadTooLargeError(job.job_id, size, inline_limit_bytes)  # before a quota counts it
+    admission = _admit([job], tenant_id, guard, quotas)
+    if admission is not None and admission.refused:
+        raise admission.refused[0]
+
+    def record() -> list[AcceptResult]:
+        # The payload is stored under the quota's count too, so that a failed store gives the count back.
+        nonlocal message, body
+        if size > inline_limit_bytes and payloads is not None:
+            message = payloads.store(message)
+            body = message_body(message)
+        return [guard.record_accepted(message)]
+
+    accepted = _counted(quotas, admission, record)[0]
     if accepted.outcome is AcceptOutcome.CONFLICT:
         raise JobConflictError(job.job_id)
     if accepted.outcome is AcceptOutcome.WORKSPACE_FORBIDDEN:
