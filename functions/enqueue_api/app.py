@@ -1453,7 +1453,14 @@ def _is_item_too_large(error: Exception) -> bool:
     if not isinstance(error, ClientError):
         return False
     details = error.response.get("Error", {})
-    return details.get("Code") == "ValidationException" and "size" in str(details.get("Message", "")).lower()
+    if details.get("Code") == "ValidationException":
+        return "size" in str(details.get("Message", "")).lower()
+    # In a transaction (a registration, a job's acceptance) DynamoDB cancels it, naming the item's reason instead.
+    reasons: list[dict[str, Any]] = error.response.get("CancellationReasons") or []  # type: ignore[assignment]
+    return details.get("Code") == "TransactionCanceledException" and any(
+        reason.get("Code") == "ValidationError" and "size" in str(reason.get("Message", "")).lower()
+        for reason in reasons
+    )
 
 
 @app.exception_handler([ClientError, AwsConnectionError, HTTPClientError])  # type: ignore[untyped-decorator]

@@ -501,14 +501,25 @@ def test_a_registration_too_large_for_a_workspace_item_is_refused_not_retried(ap
     assert put(api, "acme-repo", register_body(f"{remotes_root}/acme/repo.git", testCommands=within)).status == 201
 
 
+SIZE_MESSAGE = "Item size has exceeded the maximum allowed size"
+SIZE_ERRORS = {
+    "write": {"Error": {"Code": "ValidationException", "Message": SIZE_MESSAGE}},
+    "transaction": {
+        "Error": {"Code": "TransactionCanceledException", "Message": "Transaction cancelled [ValidationError, None]"},
+        "CancellationReasons": [{"Code": "ValidationError", "Message": SIZE_MESSAGE}, {"Code": "None"}],
+    },
+}
+
+
+@pytest.mark.parametrize("refusal", sorted(SIZE_ERRORS))
 @pytest.mark.parametrize("route", ["job", "workspace"])
 def test_a_write_refused_for_the_item_size_is_a_413_never_a_503(
-    api: Api, route: str, remotes_root: Path, monkeypatch: pytest.MonkeyPatch
+    api: Api, route: str, refusal: str, remotes_root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Given a store that refuses the request's write for its size, as DynamoDB does above 400 KB
+    # Given a store that refuses the request's write for its size, as DynamoDB does above 400 KB (a single write
+    # with a ValidationException, a transaction by cancelling it with a ValidationError reason)
     def too_large(*args: Any, **kwargs: Any) -> Any:
-        error = {"Error": {"Code": "ValidationException", "Message": "Item size has exceeded the maximum allowed size"}}
-        raise ClientError(error, "PutItem")  # type: ignore[arg-type]
+        raise ClientError(SIZE_ERRORS[refusal], "TransactWriteItems")  # type: ignore[arg-type]
 
     register_workspace(api.stack, "acme-repo", "acme")
     monkeypatch.setattr(WorkspaceRegistry, "register", too_large)
