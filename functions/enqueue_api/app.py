@@ -779,9 +779,10 @@ class BatchItemView(_View):
     job_id: str
     status_code: int = Field(
         description="What POST /jobs would answer for this job alone: 202 accepted (`created` false: a repeat of a job "
-        "already accepted with the same payload), 409 the jobId is taken by another job, 403 another tenant's "
-        "workspace, 404 a workspace not registered yet, 413 too large, 429 a quota refused it (send it again after "
-        "the answer's Retry-After), 503 the queue did not take it (send the same job again)."
+        "already accepted with the same payload), 409 the jobId is taken by another job of the tenant, 404 a "
+        "workspace the tenant has not registered (another tenant's is answered the same), 413 too large, 429 a "
+        "quota refused it (send it again after the answer's Retry-After), 503 the queue did not take it (send the "
+        "same job again)."
     )
     status: str | None
     message_id: str | None

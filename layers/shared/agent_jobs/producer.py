@@ -399,10 +399,8 @@ def _answer_known(job: ApplyPatchJob | RunTestsJob | OpenPrJob, outcome: AcceptR
     """The result of a job that is not to be sent (refused, or accepted and sent before); None: send it."""
     if outcome.outcome is AcceptOutcome.CONFLICT:
         return BatchItemResult(job.job_id, HTTPStatus.CONFLICT, message=str(JobConflictError(job.job_id)))
-    if outcome.outcome is AcceptOutcome.WORKSPACE_FORBIDDEN:
-        forbidden = WorkspaceForbiddenError(job.workspace_id)
-        return BatchItemResult(job.job_id, HTTPStatus.NOT_FOUND, message=str(forbidden))
-    if outcome.outcome is AcceptOutcome.WORKSPACE_UNREGISTERED:
+    if outcome.outcome in (AcceptOutcome.WORKSPACE_FORBIDDEN, AcceptOutcome.WORKSPACE_UNREGISTERED):
+        # Another tenant's workspace is answered as one nobody registered, word for word.
         unregistered = WorkspaceUnregisteredError(job.workspace_id)
         return BatchItemResult(job.job_id, HTTPStatus.NOT_FOUND, message=str(unregistered))
     if outcome.outcome is AcceptOutcome.EXISTING:
