@@ -288,9 +288,13 @@ def test_claim_keeps_the_tenant_the_producer_recorded(guard: JobGuard, stack: St
     # the same job (same payload) arriving with another tenant in its body is that tenant's j1, not this job: it
     # can neither move this job to that tenant nor claim it
     message = make_message("j1", tenant_id="tenant-1").model_copy(update={"tenant_id": "tenant-2"})
-    claim(guard, message)
+    theirs = claim(guard, message)
     assert stack.job("j1", "tenant-1") == before
     assert before["tenantId"] == "tenant-1"
+    # what it claimed is a record of tenant-2's own
+    assert theirs.claimed
+    assert stack.job("j1", "tenant-2")["tenantId"] == "tenant-2"
+    assert stack.job("j1", "tenant-1")["status"] == JobStatus.QUEUED
 
 
 def test_complete_stores_a_result_with_floats(guard: JobGuard, stack: Stack):
