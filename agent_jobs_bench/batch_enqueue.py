@@ -256,7 +256,7 @@ def measure_route(stack: BenchStack, jobs: Sequence[Job]) -> Measurement:
         "AWS_DEFAULT_REGION": "us-east-1",
         "AWS_REGION": "us-east-1",
         # One tenant sends every job, faster than MaxJobsPerSecondPerTenant: the quota's calls are measured (its
-        # counter in each transaction, a COUNT query per workspace of a batch), never its refusals.
+        # counter's UpdateItem per request, a COUNT query per workspace of a batch), never its refusals.
         "MAX_JOBS_PER_SECOND_PER_TENANT": "1000000",
     }
     saved = {name: os.environ.get(name) for name in overrides}

@@ -14,6 +14,7 @@ from botocore.exceptions import ClientError
 
 from agent_jobs import quotas
 from agent_jobs.guard import JobGuard
+from agent_jobs.keys import rate_key
 from agent_jobs.models import JobMessage
 from agent_jobs.producer import PayloadTooLargeError, enqueue_job
 from enqueue_api import app
@@ -243,7 +244,7 @@ def test_a_batch_mixing_repeats_and_new_jobs_counts_only_the_new_ones(rate_api: 
 
 def counted(api: Api, tenant: str, clock: ManualClock) -> int:
     """The tenant's count of jobs in the clock's second."""
-    item = api.stack.item(quotas.rate_key(tenant, clock.now // 1000))
+    item = api.stack.item(rate_key(tenant, clock.now // 1000))
     return int(item["jobCount"]) if item else 0
 
 
@@ -313,6 +314,6 @@ def test_a_job_too_large_to_send_takes_nothing_of_the_tenants_second(stack: Stac
         )
 
     # Then the tenant's second is untouched: all 3 jobs of the limit are still there to take
-    item = stack.item(quotas.rate_key("tenant-a", clock.now // 1000))
+    item = stack.item(rate_key("tenant-a", clock.now // 1000))
     assert item is None or int(item["jobCount"]) == 0
     assert limits.take("tenant-a", 3).taken == 3

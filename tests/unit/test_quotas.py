@@ -7,7 +7,8 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from agent_jobs.quotas import JobQuotas, rate_key
+from agent_jobs.keys import rate_key
+from agent_jobs.quotas import JobQuotas
 from tests.conftest import ManualClock, Stack
 
 

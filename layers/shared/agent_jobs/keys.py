@@ -51,3 +51,8 @@ def job_key(tenant_id: str, job_id: str) -> str:
 
 def workspace_key(workspace_id: str) -> str:
     return f"ws#{workspace_id}"
+
+
+def rate_key(tenant_id: str, second: int) -> str:
+    """The item counting a tenant's jobs accepted in one epoch second (`agent_jobs.quotas`)."""
+    return f"rate#{tenant_id}#{second}"

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Final
 from botocore.exceptions import ClientError
 
 from agent_jobs.guard import PENDING_INDEX, Clock, _condition_failed, _wire, epoch_ms, to_item
+from agent_jobs.keys import rate_key
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.client import DynamoDBClient
@@ -41,11 +42,6 @@ RATE_COUNTER_TTL_SECONDS: Final = 120
 # Seconds a caller waits before sending again: the next second's window for the rate, a few settled jobs for a queue.
 RATE_RETRY_AFTER_SECONDS: Final = 1
 QUEUE_RETRY_AFTER_SECONDS: Final = 10
-
-
-def rate_key(tenant_id: str, second: int) -> str:
-    """The item counting a tenant's jobs accepted in one epoch second."""
-    return f"rate#{tenant_id}#{second}"
 
 
 class QuotaExceededError(Exception):
