@@ -14,7 +14,7 @@ CHECKOV_STAMP := $(CHECKOV_VENV)/.installed
 export SAM_CLI_TELEMETRY := 0
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: help venv sandbox-tools lint template-lint security-lint test test-fast build build-local demo local chaos bench deploy clean
+.PHONY: help venv sandbox-tools lint template-lint security-lint test test-fast schema build build-local demo local chaos bench deploy clean
 
 help: ## list the verbs
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -67,6 +67,9 @@ test: sandbox-tools lint template-lint security-lint ## everything CI runs: lint
 
 test-fast: sandbox-tools $(STAMP) ## the tests without the sam build ones
 	$(BIN)/python -m pytest -m "not build"
+
+schema: $(STAMP) ## rewrite schemas/job-message.v1.schema.json from the job model (a test checks it is current)
+	PYTHONPATH=layers/shared $(BIN)/python -m agent_jobs.wire > schemas/job-message.v1.schema.json
 
 build: $(STAMP) ## sam build (arm64 layer cross-installed with pip; no Docker needed)
 	$(BIN)/sam build

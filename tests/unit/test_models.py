@@ -292,6 +292,7 @@ def test_job_message_carries_the_tenant_and_hash_in_camel_case() -> None:
     wire = message.model_dump(by_alias=True, mode="json")
 
     assert wire == {
+        "v": 1,
         "jobId": "job-1",
         "workspaceId": "ws-a",
         "tenantId": "tenant-1",

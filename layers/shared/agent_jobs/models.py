@@ -173,6 +173,27 @@ class PayloadUnavailableError(Exception):
     """A message's payload object is missing or is not the payload its job was accepted with: the job cannot run."""
 
 
+MESSAGE_VERSION = 1
+"""The version of the queue message format this code reads and writes (`v`; a body without `v` is version 1). The
+format is published as `schemas/job-message.v1.schema.json`; a message of another version is REJECTED."""
+MESSAGE_SCHEMA_FILE = f"schemas/job-message.v{MESSAGE_VERSION}.schema.json"
+
+
+def _unsupported_version(version: object) -> str:
+    if not isinstance(version, int) or isinstance(version, bool):
+        return f"message version v must be the JSON number {MESSAGE_VERSION} (or left out), not {json.dumps(version)}"
+    return (
+        f"unsupported message version {version!r}: this deployment reads version {MESSAGE_VERSION} "
+        f'({MESSAGE_SCHEMA_FILE}); send "v": {MESSAGE_VERSION} or leave v out'
+    )
+
+
+def _check_version(value: int) -> int:
+    if value != MESSAGE_VERSION:
+        raise PydanticCustomError("message_version", _unsupported_version(value))
+    return value
+
+
 class JobMessage(_Model):
     """The body of a queue message: the request plus the tenant the producer verified and the payload hash.
 
@@ -183,6 +204,7 @@ class JobMessage(_Model):
     (`payloadRef`); exactly one of the two. The worker resolves a pointer with `agent_jobs.payloads.resolve_payload`.
     """
 
+    v: Annotated[int, Field(strict=True), AfterValidator(_check_version)] = MESSAGE_VERSION
     job_id: JobId
     workspace_id: WorkspaceId
     tenant_id: TenantId | None = None
@@ -251,29 +273,48 @@ def parse_queue_message(body: str) -> JobMessage:
 
     `payloadHash` is optional on the wire: when absent, it is derived from the inline payload. A hash of the payload
     exactly as sent (the canonical document without the fields the job model fills in by default) is accepted too,
-    and replaced by the canonical one, so that every record of a job holds the same hash. Any other hash is refused
+    and replaced by the canonical one, so that every record of a job holds the same hash. The message's payload is
+    the canonical one too (the defaults filled in), so that a copy stored for later (a parked job's payload object)
+    has the hash the job is known by. Any other hash is refused
     (ValueError): the body is not the job its producer hashed. Raises pydantic's ValidationError or ValueError for a
     body that is not a job message.
     """
     try:
         message = JobMessage.model_validate_json(body)
     except ValidationError as error:
+        if any(item["loc"] == ("v",) for item in error.errors()):
+            # The version alone is reported: the rest of a body of another version may mean something else entirely.
+            raise ValueError(_unsupported_version(_version_of(body))) from None
         if not any(item["type"] == "missing" and item["loc"] == ("payloadHash",) for item in error.errors()):
             raise
         data = json.loads(body)
         request = _job_request_adapter().validate_python(
             {key: data.get(key) for key in ("jobId", "workspaceId", "type", "payload")}
         )
-        return JobMessage.model_validate({**data, "payloadHash": payload_hash(request)})
+        payload = request.payload.model_dump(by_alias=True)
+        return JobMessage.model_validate({**data, "payload": payload, "payloadHash": payload_hash(request)})
     if message.payload is None:
         return message  # a pointer message is checked against its object when it is resolved
-    canonical = payload_hash(message.request())
-    if canonical == message.payload_hash:
-        return message
-    as_sent = hashlib.sha256(canonical_job_document(message.workspace_id, message.type, message.payload)).hexdigest()
-    if as_sent == message.payload_hash:
-        return message.model_copy(update={"payload_hash": canonical})
-    raise ValueError("payloadHash does not match the payload; leave it out to have it derived from the payload")
+    request = message.request()
+    canonical = payload_hash(request)
+    payload = request.payload.model_dump(by_alias=True)
+    if canonical != message.payload_hash:
+        as_sent = canonical_job_document(message.workspace_id, message.type, message.payload)
+        if hashlib.sha256(as_sent).hexdigest() != message.payload_hash:
+            raise ValueError("payloadHash does not match the payload; leave it out to have it derived from the payload")
+    elif payload == message.payload:
+        return message  # the API's messages: already canonical
+    # The payload as the job model fills it in: what its hash is of, and what a stored copy of it must hold.
+    return message.model_copy(update={"payload": payload, "payload_hash": canonical})
+
+
+def _version_of(body: str) -> object:
+    """The body's `v`, for the error that refuses it."""
+    try:
+        document = json.loads(body)
+    except (ValueError, RecursionError):
+        return MESSAGE_VERSION
+    return document.get("v", MESSAGE_VERSION) if isinstance(document, dict) else MESSAGE_VERSION
 
 
 def job_message(job: ApplyPatchJob | RunTestsJob | OpenPrJob, tenant_id: str) -> JobMessage:
