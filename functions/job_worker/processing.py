@@ -63,7 +63,7 @@ from agent_jobs.models import (
     WorkspaceState,
     parse_queue_message,
 )
-from agent_jobs.payloads import resolve_payload
+from agent_jobs.payloads import resolve_payload, storable_body
 from agent_jobs.resume import send_drain_marker
 from agent_jobs.services import Services
 from jobs import run_job
@@ -337,12 +337,13 @@ class BatchWorker:
 
     def _claim_and_run(self, record: SQSRecord, message: JobMessage, context: LambdaContext) -> None:
         guard = self.services.guard
+        body = self._storable_body(record, message)
         claim = guard.claim(
             message,
             message_id=record.message_id,
             sequence_number=record.attributes.sequence_number,
             remaining_ms=context.get_remaining_time_in_millis(),
-            body=record.body,
+            body=body,
             near_delivery_limit=self.services.settings.near_delivery_limit(
                 int(record.attributes.approximate_receive_count)
             ),
@@ -382,7 +383,7 @@ class BatchWorker:
             claim.lease,
             message,
             context,
-            body=record.body,
+            body=body,
             backoff_seconds=lambda: self._backoff_seconds(record),
             message_id=record.message_id,
             sequence_number=record.attributes.sequence_number,
@@ -482,6 +483,9 @@ class BatchWorker:
     def _parse_or_reject(self, record: SQSRecord, *, resolve_payload_ref: bool = True) -> JobMessage | None:
         group = record.attributes.message_group_id or ""
         group_workspace = workspace_id_from_group(group)
+        if group_workspace is None:
+            self._reject_without_workspace(record, group)
+            return None
         try:
             message = parse_job_message(record.body, group)
         except Exception as error:  # anything that cannot be parsed is rejected, never retried until dead-lettered
@@ -523,6 +527,29 @@ class BatchWorker:
         if resolve_payload_ref:  # parking needs only the pointer; running needs the payload
             bound = self._resolve_payload(bound, lambda: self._backoff_seconds(record))
         return bound
+
+    def _reject_without_workspace(self, record: SQSRecord, group: str) -> None:
+        """A record whose group names no workspace (empty, `ws#` alone, another scheme): nothing can run it and there
+        is no workspace to halt. It is recorded REJECTED under `msg#<messageId>` (`JobGuard.reject_unrouted`), logged,
+        counted (`MessagesWithoutWorkspace`) and acknowledged; whatever its body says, it is never run."""
+        reason = (
+            f"message group {group!r} names no workspace: send each job with MessageGroupId ws#<workspaceId> of a "
+            "registered workspace; nothing was applied"
+        )
+        self.services.guard.reject_unrouted(
+            message_id=record.message_id, group_id=group, reason=reason, body=record.body
+        )
+        self.logger.error(
+            "message rejected: its group names no workspace",
+            extra={
+                "reason": reason,
+                "jobId": _job_id_if_any(record.body),
+                "groupId": group[:128],
+                "messageId": record.message_id,
+            },
+        )
+        self._count("JobsRejected", _job_type_if_any(record))
+        self._count("MessagesWithoutWorkspace")
 
     def _owner(self, workspace_id: str) -> str | None:
         """The tenant that registered `workspace_id` (cached per execution environment); None when nobody did, or
@@ -601,7 +628,7 @@ class BatchWorker:
             message,
             message_id=record.message_id,
             sequence_number=record.attributes.sequence_number,
-            body=record.body,
+            body=self._storable_body(record, message),
             reason=reason,
             halt_workspace=halt,
             lease=lease,
@@ -613,6 +640,14 @@ class BatchWorker:
             if halt or missing:
                 self._count_halt()
         return parked
+
+    def _storable_body(self, record: SQSRecord, message: JobMessage) -> str:
+        """The record's body as a PARKED or DEAD job keeps it (`agent_jobs.payloads.storable_body`): a body too large
+        for a record is replaced by the job's pointer message. The bucket unreachable: nothing decided, retried."""
+        try:
+            return storable_body(record.body, message, self.services.payloads)
+        except (BotoCoreError, ClientError) as error:
+            raise RetryLaterError(f"payload bucket not writable: {error}", self._backoff_seconds(record)) from error
 
     # ---- resume: drain markers ------------------------------------------------------------------------------------
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ import pytest
 from agent_jobs.guard import AcceptOutcome
 from agent_jobs.keys import workspace_group_id
 from agent_jobs.models import JobStatus, job_message, parse_queue_message
+from agent_jobs.payloads import resolve_payload
 from tests.conftest import Stack, make_job, register_workspace
 
 PATCH = "--- a/f.txt\n+++ b/f.txt\n@@ -0,0 +1 @@\n+direct\n"
@@ -100,3 +102,79 @@ def test_parse_queue_message_derives_or_checks_the_hash() -> None:
         parse_queue_message(json.dumps({**body, "payloadHash": "f" * 64}))
     with pytest.raises(ValueError, match="patch"):  # a payload that is no job is refused for what is wrong with it
         parse_queue_message(json.dumps({**body, "payload": {"commitMessage": "no patch"}}))
+
+
+@pytest.mark.parametrize("group", ["ws#", "orders-7", "ws#not a workspace"])
+def test_a_record_whose_group_names_no_workspace_is_recorded_and_acknowledged_without_a_halt(
+    stack: Stack,
+    make_worker: Any,
+    workspaces: Any,
+    lambda_context: Any,
+    sqs_fifo_record: Any,
+    caplog: pytest.LogCaptureFixture,
+    group: str,
+) -> None:
+    # Given a valid job of a registered workspace, sent in a group that names no workspace
+    register_workspace(stack, "ws-a", "tenant-1")
+    message_id = stack.services.sqs.send_message(
+        QueueUrl=stack.queue_url,
+        MessageBody=json.dumps(direct_body("lost-1")),
+        MessageGroupId=group,
+        MessageDeduplicationId="lost-1",
+    )["MessageId"]
+
+    # When the worker takes it
+    event = stack.receive()
+    with caplog.at_level(logging.ERROR):
+        response = make_worker(stack).handle(event, lambda_context())
+    stack.settle(event, response)  # as Lambda's event source mapping deletes what the response does not list
+
+    # Then it is acknowledged on its first delivery, recorded REJECTED under its message id with its group and why,
+    # logged at ERROR, and nothing ran or halted (the body names ws-a: it is not trusted to say where it belongs)
+    assert response == {"batchItemFailures": []}
+    record = stack.item(f"msg#{message_id}")
+    assert (record["status"], record["groupId"], "workspaceId" in record) == (JobStatus.REJECTED, group, False)
+    assert "names no workspace" in record["error"]
+    assert int(record["ttl"]) > 0  # collected like a finished job: it halts nothing an operator must decide
+    assert stack.job("lost-1", "tenant-1") is None
+    assert stack.workspace("ws-a")["state"] == "ACTIVE"
+    assert workspaces.commits("ws-a") == []
+    logged = [r for r in caplog.records if r.getMessage() == "message rejected: its group names no workspace"]
+    assert [getattr(r, "messageId", None) for r in logged] == [message_id]
+    assert stack.queue_depth() == 0
+
+    # And a second delivery of the same message (its delete lost) writes the same record again, not an error
+    again = sqs_fifo_record(group, direct_body("lost-1"), message_id=message_id, receive_count=2, tenant_id=None)
+    assert make_worker(stack).handle({"Records": [again]}, lambda_context()) == {"batchItemFailures": []}
+    assert stack.item(f"msg#{message_id}")["status"] == JobStatus.REJECTED
+
+
+def test_a_parked_direct_job_too_large_for_a_record_keeps_its_payload_whole(
+    stack: Stack, make_worker: Any, workspaces: Any, lambda_context: Any
+) -> None:
+    # Given a halted workspace and a valid 900 KB job of three-byte characters sent to it directly
+    register_workspace(stack, "ws-a", "tenant-1")
+    stack.guard.halt_workspace("ws-a", tenant_id="tenant-1", job_id="earlier", reason="halted for the test")
+    lines = "".join(f"+{'€' * 100}\n" for _ in range(3000))
+    payload = {"patch": f"--- a/f.txt\n+++ b/f.txt\n@@ -0,0 +1,3000 @@\n{lines}", "commitMessage": "large"}
+    body = json.dumps(direct_body("large-1", payload=payload), ensure_ascii=False)
+    assert len(body.encode()) > 900_000
+    stack.services.sqs.send_message(
+        QueueUrl=stack.queue_url, MessageBody=body, MessageGroupId="ws#ws-a", MessageDeduplicationId="large-1"
+    )
+
+    # When the worker parks it
+    response = make_worker(stack).handle(stack.receive(), lambda_context())
+
+    # Then its record holds a pointer to the whole payload, stored in the payload bucket under the job's hash, and
+    # the pointer resolves to the payload as sent (what a resume will run)
+    assert response == {"batchItemFailures": []}
+    job = stack.job("large-1", "tenant-1")
+    assert job["status"] == JobStatus.PARKED
+    stored = parse_queue_message(job["body"])
+    assert stored.payload is None
+    assert stored.payload_ref is not None
+    assert stored.payload_hash == job["payloadHash"]
+    resolved = resolve_payload(stored, stack.services.payloads)
+    assert resolved.payload is not None
+    assert resolved.payload["patch"] == payload["patch"]

@@ -545,12 +545,22 @@ def test_worker_rejects_a_body_nested_too_deep_to_parse(stack, make_worker, lamb
 def test_worker_rejects_a_job_sent_to_another_message_group(
     stack, make_worker, workspaces, lambda_context, sqs_fifo_record
 ):
-    # A group without the ws# prefix would be a second FIFO group feeding workspace ws-z: two of its jobs at once
+    # A group without the ws# prefix would be a second FIFO group feeding workspace ws-z: two of its jobs at once.
+    # It names no workspace, so it is recorded under its message id, and the job it names is not taken
     message = make_message("z1", workspace_id="ws-z")
     record = sqs_fifo_record("ws-z", message.model_dump_json(by_alias=True))
     assert _failed(make_worker(stack).handle({"Records": [record]}, lambda_context())) == []
-    assert stack.job("z1")["status"] == JobStatus.REJECTED
+    assert stack.item(f"msg#{record['messageId']}")["status"] == JobStatus.REJECTED
+    assert stack.job("z1") is None
     assert workspaces.commits("ws-z") == []
+
+    # and one of another workspace's group is REJECTED and halts that group's workspace
+    other = sqs_fifo_record("ws#ws-y", message.model_dump_json(by_alias=True))
+    assert _failed(make_worker(stack).handle({"Records": [other]}, lambda_context())) == []
+    assert stack.job("z1")["status"] == JobStatus.REJECTED
+    assert "is not workspace 'ws-z'" in stack.job("z1")["error"]
+    assert stack.workspace("ws-y")["state"] == WorkspaceState.HALTED
+    assert workspaces.commits("ws-z") == workspaces.commits("ws-y") == []
 
 
 def test_worker_halts_the_workspace_when_a_last_delivery_cannot_be_parked(

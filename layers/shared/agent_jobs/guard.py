@@ -10,6 +10,7 @@ conditional write.
 from __future__ import annotations
 
 import functools
+import hashlib
 import secrets
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -772,7 +773,7 @@ class JobGuard:
             ":type": str(message.type),
             ":hash": message.payload_hash,
             ":mid": message_id,
-            ":body": _stored_body(body),
+            **_body_values(body),
             ":reason": _stored_error(reason),
             ":pws": message.workspace_id,
             ":pseq": parked_sequence(sequence_number, now),
@@ -789,7 +790,7 @@ class JobGuard:
             "#type = :type",
             "payloadHash = if_not_exists(payloadHash, :hash)",
             "messageId = :mid",
-            "body = :body",
+            _BODY_SET,
             "parkedReason = :reason",
             "acceptedAt = if_not_exists(acceptedAt, :now)",
             "updatedAt = :now",
@@ -883,7 +884,7 @@ class JobGuard:
             ":rejected": str(JobStatus.REJECTED),
             ":wid": workspace_id,
             ":mid": message_id,
-            ":body": _stored_body(body),
+            **_body_values(body),
             ":reason": _stored_error(reason),
             ":now": now,
             ":empty": [],
@@ -893,7 +894,7 @@ class JobGuard:
             "#status = :rejected",
             "workspaceId = :wid",
             "messageId = :mid",
-            "body = :body",
+            _BODY_SET,
             "#error = :reason",
             "acceptedAt = if_not_exists(acceptedAt, :now)",
             "updatedAt = :now",
@@ -919,6 +920,37 @@ class JobGuard:
         }
         return self._transact(
             [job_update, self._halt_workspace(workspace_id, tenant_id, job_id or pk, f"rejected: {reason}", now)]
+        )
+
+    def reject_unrouted(self, *, message_id: str, group_id: str | None, reason: str, body: str) -> None:
+        """REJECTED under `msg#<messageId>` for a message whose group names no workspace (empty, `ws#` alone, another
+        scheme): there is no workspace to halt and no owner to show it to, so nothing else is written. The record
+        keeps the group and the body for the operator and expires with the table's TTL like a finished job. A
+        delivery of the same message again writes the same record."""
+        now = self._clock()
+        values: dict[str, Any] = {
+            ":rejected": str(JobStatus.REJECTED),
+            ":mid": message_id,
+            ":gid": (group_id or "")[:128],
+            ":reason": _stored_error(reason),
+            ":now": now,
+            ":ttl": self._ttl(now),
+            ":empty": [],
+            ":entry": [{"status": str(JobStatus.REJECTED), "at": now, "reason": reason[:500]}],
+            **_body_values(body),
+        }
+        self._client.update_item(
+            TableName=self._table,
+            Key=_wire({"pk": f"msg#{message_id}"}),
+            UpdateExpression=(
+                "SET #status = :rejected, messageId = :mid, groupId = :gid, #error = :reason, "
+                "acceptedAt = if_not_exists(acceptedAt, :now), updatedAt = :now, #ttl = :ttl, "
+                f"history = list_append(if_not_exists(history, :empty), :entry), {_BODY_SET}"
+            ),
+            # Only a new record or this message's own: never another message's record of the same key.
+            ConditionExpression="attribute_not_exists(pk) OR messageId = :mid",
+            ExpressionAttributeNames={"#status": "status", "#error": "error", "#ttl": "ttl"},
+            ExpressionAttributeValues=_wire(values),
         )
 
     def halt_workspace(self, workspace_id: str, *, tenant_id: str | None, job_id: str, reason: str) -> None:
@@ -1840,8 +1872,8 @@ class JobGuard:
         # The body is kept so that an operator can retry the job on resume (only DEAD jobs pay for storing it).
         store_body = ""
         if body is not None:
-            values[":body"] = _stored_body(body)
-            store_body = ", body = :body"
+            values.update(_body_values(body))
+            store_body = f", {_BODY_SET}"
         condition = "#status = :status"
         if expect_owner is None:
             condition += " AND attribute_not_exists(leaseOwner)"
@@ -1883,6 +1915,23 @@ class JobGuard:
                 return False
             raise
         return True
+
+
+_BODY_SET = "body = :body, bodyBytes = :bodyBytes, bodySha256 = :bodySha256"
+"""The update clause of a stored message body, with `_body_values`."""
+
+
+def _body_values(body: str) -> dict[str, Any]:
+    """A message body as a record stores it: `body` (cut by `_stored_body` when too large), and the whole body's
+    UTF-8 size and sha256, so that a cut body still says what was sent (SQS takes bodies up to 1 MiB, more than a
+    DynamoDB item holds). A valid job's body never needs the cut: the worker stores its payload in the payload
+    bucket first (`agent_jobs.payloads.storable_body`)."""
+    encoded = body.encode("utf-8", errors="replace")
+    return {
+        ":body": _stored_body(body),
+        ":bodyBytes": len(encoded),
+        ":bodySha256": hashlib.sha256(encoded).hexdigest(),
+    }
 
 
 def _stored_body(body: str) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 
 WORKSPACE_GROUP_PREFIX = "ws#"
 MAX_GROUP_ID_LENGTH = 128
@@ -16,9 +17,19 @@ def workspace_group_id(workspace_id: str) -> str:
     return group_id
 
 
-def workspace_id_from_group(group_id: str) -> str:
-    """Inverse of `workspace_group_id`; a group that does not follow the scheme is its own workspace id."""
-    return group_id.removeprefix(WORKSPACE_GROUP_PREFIX)
+# The workspaceId rule of `agent_jobs.models` (ID_PATTERN, at most 100 characters), spelled out so that reading a
+# group id never imports the job model.
+_WORKSPACE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+
+
+def workspace_id_from_group(group_id: str | None) -> str | None:
+    """Inverse of `workspace_group_id`: the workspace of a group `ws#<workspaceId>`, or None for a group that names
+    none (empty, `ws#` alone, another scheme, or not a valid workspaceId). A message of such a group has no
+    workspace to run in or to halt."""
+    if not group_id or not group_id.startswith(WORKSPACE_GROUP_PREFIX):
+        return None
+    workspace_id = group_id.removeprefix(WORKSPACE_GROUP_PREFIX)
+    return workspace_id if _WORKSPACE_ID.fullmatch(workspace_id) else None
 
 
 def deduplication_id(tenant_id: str, job_id: str, job_type: str) -> str:

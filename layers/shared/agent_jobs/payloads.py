@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Final
 
 from botocore.exceptions import ClientError
 
+from agent_jobs.guard import MAX_STORED_BODY_CHARS
 from agent_jobs.models import JobMessage, PayloadRef, PayloadUnavailableError, canonical_job_document
 
 if TYPE_CHECKING:
@@ -102,6 +103,16 @@ class PayloadStore:
                 ) from None
             raise
         return response["Body"].read()
+
+
+def storable_body(body: str, message: JobMessage, payloads: PayloadStore) -> str:
+    """The body a record keeps for a job that may still run (PARKED, DEAD): `body` when it fits a record, else the
+    job's pointer message, its payload stored in the payload bucket as the API stores a large job's. SQS takes bodies
+    up to 1 MiB, far more than a DynamoDB item holds, and a parked job must run later exactly as it was sent. (Without
+    a payload bucket the body is kept cut, with its size and hash, and the job cannot run again.)"""
+    if message.payload is None or payloads.bucket is None or len(body.encode()) <= MAX_STORED_BODY_CHARS:
+        return body
+    return message_body(payloads.store(message))
 
 
 def resolve_payload(message: JobMessage, payloads: PayloadStore) -> JobMessage:
