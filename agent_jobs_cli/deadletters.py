@@ -46,8 +46,10 @@ from agent_jobs.models import (
     WorkspaceState,
     parse_queue_message,
 )
+from agent_jobs.workspaces import WorkspaceRegistry
 
 if TYPE_CHECKING:
+    from mypy_boto3_dynamodb.client import DynamoDBClient
     from mypy_boto3_sqs.client import SQSClient
 
 DEFAULT_HOLD_SECONDS: Final = 60
@@ -71,8 +73,9 @@ class DeadLetter:
 
     @property
     def workspace_id(self) -> str | None:
-        group = self.group_id
-        return workspace_id_from_group(group) if group else None
+        """The workspace of the message's group; None when the group names none (the worker records such a message
+        REJECTED under its message id, without a workspace to halt)."""
+        return workspace_id_from_group(self.group_id)
 
     @property
     def sequence_number(self) -> str | None:
@@ -125,6 +128,7 @@ class Listing:
 class RedriveOutcome(StrEnum):
     PARKED = "PARKED"  # parked with its original SequenceNumber, workspace halted; deleted from the DLQ
     REJECTED = "REJECTED"  # not a valid job message: recorded REJECTED, workspace halted; deleted from the DLQ
+    NO_WORKSPACE = "NO_WORKSPACE"  # its group names no workspace: recorded REJECTED under msg#<id>; deleted
     ALREADY_DONE = "ALREADY_DONE"  # the job took effect (SUCCEEDED or SKIPPED): deleted only
     ALREADY_SETTLED = "ALREADY_SETTLED"  # the job is PARKED, DEAD or REJECTED already, its halt on record: deleted
     CONFLICT = "CONFLICT"  # the jobId belongs to a job with another payload: deleted without effect, as the worker does
@@ -280,11 +284,14 @@ class DeadLetterQueue:
         guard: JobGuard,
         *,
         select_workspace: Callable[[str | None], bool],
+        owner_of: Callable[[str], str | None],
         max_receive_count: int | None = None,
         on_result: Callable[[RedriveResult], None] = lambda _: None,
     ) -> list[RedriveResult]:
         """Park (or reject) every message of the selected workspaces, each group in order, and delete it from the DLQ
-        once that write succeeded (see the module docstring). `max_receive_count` (the jobs queue's redrive
+        once that write succeeded (see the module docstring). `owner_of` names a workspace's registered owner (None
+        when nobody registered it): a job's tenant is the owner's, whatever its message says, as in the worker. A
+        message naming another tenant is rejected under its message id. `max_receive_count` (the jobs queue's redrive
         maxReceiveCount) goes into the parked reason; each result is also passed to `on_result` as it happens."""
         results: list[RedriveResult] = []
         stopped_groups: set[str | None] = set()
@@ -296,7 +303,7 @@ class DeadLetterQueue:
                     if message.group_id in stopped_groups:
                         result = _result(message, RedriveOutcome.STOPPED, "behind a message of its group that was left")
                     else:
-                        result = self._redrive_one(guard, message, max_receive_count)
+                        result = self._redrive_one(guard, message, owner_of, max_receive_count)
                         if result.deleted:
                             held.forget(message.message_id)
                         elif result.outcome is RedriveOutcome.LEFT:
@@ -305,20 +312,33 @@ class DeadLetterQueue:
                     on_result(result)
         return results
 
-    def _redrive_one(self, guard: JobGuard, message: DeadLetter, max_receive_count: int | None) -> RedriveResult:
+    def _redrive_one(
+        self,
+        guard: JobGuard,
+        message: DeadLetter,
+        owner_of: Callable[[str], str | None],
+        max_receive_count: int | None,
+    ) -> RedriveResult:
         if message.message_attributes.get("type") == DRAIN_MESSAGE_TYPE and not _is_current_marker(guard, message):
             # The worker acknowledges such a marker without effect; rejecting it would halt a workspace for nothing.
             return self._deleted(message, RedriveOutcome.STALE_MARKER, "a drain marker of no current resume; no effect")
+        if message.workspace_id is None:
+            return self.drop(guard, message, reason="dead-lettered by the queue")
+        workspace_id = message.workspace_id
+        owner = owner_of(workspace_id)
         job, problem = _parse_job_message(message)
+        claimed = (job.tenant_id if job else None) or message.message_attributes.get("tenantId")
+        if job is not None and owner is not None and claimed not in (None, owner):
+            problem = f"message names tenant {claimed} but workspace {workspace_id} belongs to another tenant"
+            job = None
         if job is None:
-            workspace_id = message.workspace_id
-            if not workspace_id:
-                return _result(message, RedriveOutcome.LEFT, "no message group: not a message of the jobs queue")
+            # Recorded as the owner's, under the message's jobId only when the message named the owner: a sender must
+            # not take a jobId of the owner's (as in the worker).
             rejected = guard.reject(
                 message_id=message.message_id,
-                job_id=message.job_id,
+                job_id=message.job_id if owner is None or claimed == owner else None,
                 workspace_id=workspace_id,
-                tenant_id=message.message_attributes.get("tenantId"),
+                tenant_id=owner or message.message_attributes.get("tenantId"),
                 reason=f"dead-lettered by the queue and not a valid job message: {problem}",
                 body=message.body,
             )
@@ -326,7 +346,7 @@ class DeadLetterQueue:
                 return _result(message, RedriveOutcome.LEFT, "the rejection could not be recorded")
             return self._deleted(message, RedriveOutcome.REJECTED, f"not a valid job message ({problem}); halted")
 
-        tenant_id = job.tenant_id or message.message_attributes.get("tenantId")
+        tenant_id = owner or claimed
         if tenant_id is None:
             return _result(message, RedriveOutcome.LEFT, "the message names no tenant; send it again through the API")
         job = job if job.tenant_id else job.model_copy(update={"tenant_id": tenant_id})
@@ -358,9 +378,44 @@ class DeadLetterQueue:
             return _result(message, RedriveOutcome.LEFT, f"could not park the job (now {now}); redrive again")
         return self._deleted(message, RedriveOutcome.PARKED, f"parked at SequenceNumber {sequence_number}; halted")
 
+    def drop(self, guard: JobGuard, message: DeadLetter, *, reason: str) -> RedriveResult:
+        """Delete a message whose group names no workspace, once it is recorded REJECTED under `msg#<messageId>`
+        (`JobGuard.reject_unrouted`): nothing can run it, there is no workspace to halt, and nothing is lost unseen.
+        A message of a workspace is never dropped (ValueError): its job has a place in its workspace's order, and a
+        redrive and a resume decide it."""
+        if message.workspace_id is not None:
+            raise ValueError(
+                f"message {message.message_id} is a job of workspace {message.workspace_id}: redrive it "
+                f"(agent-jobs dlq redrive --workspace {message.workspace_id}), then resume the workspace with --retry "
+                "or --skip"
+            )
+        guard.reject_unrouted(
+            message_id=message.message_id,
+            group_id=message.group_id,
+            reason=f"{reason}; its message group {message.group_id!r} names no workspace; nothing was applied",
+            body=message.body,
+        )
+        return self._deleted(
+            message,
+            RedriveOutcome.NO_WORKSPACE,
+            f"its group names no workspace: recorded REJECTED as msg#{message.message_id}",
+        )
+
     def _deleted(self, message: DeadLetter, outcome: RedriveOutcome, detail: str) -> RedriveResult:
         self._delete(message)
         return _result(message, outcome, detail, deleted=True)
+
+
+def registered_owners(client: DynamoDBClient, table_name: str) -> Callable[[str], str | None]:
+    """`owner_of` for `DeadLetterQueue.redrive`: a workspace's registered owner, read from the table (None when
+    nobody registered it)."""
+    registry = WorkspaceRegistry(client, table_name)
+
+    def owner_of(workspace_id: str) -> str | None:
+        registered = registry.get(workspace_id)
+        return registered.tenant_id if registered else None
+
+    return owner_of
 
 
 def _result(message: DeadLetter, outcome: RedriveOutcome, detail: str, *, deleted: bool = False) -> RedriveResult:
@@ -401,7 +456,8 @@ def _parse_job_message(message: DeadLetter) -> tuple[JobMessage | None, str]:
     """The job message, validated as the worker validates it, or None and what is wrong with it."""
     try:
         job = parse_queue_message(message.body)
-        job.request()
+        if job.payload is not None:  # a pointer's payload is checked when the job runs, as the worker does
+            job.request()
     except ValueError as error:
         return None, _first_line(error)
     if message.group_id != workspace_group_id(job.workspace_id):

@@ -60,7 +60,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 status_app = typer.Typer(help="Show one job or one workspace.", no_args_is_help=True)
-dlq_app = typer.Typer(help="The dead-letter queue: list, show and redrive (AWS credentials, not the API).")
+dlq_app = typer.Typer(help="The dead-letter queue: list, show, redrive and drop (AWS credentials, not the API).")
 app.add_typer(status_app, name="status")
 app.add_typer(dlq_app, name="dlq", no_args_is_help=True)
 
@@ -698,7 +698,7 @@ def listing_table(messages: list[DeadLetter], title: str) -> Table:
     for message in messages:
         table.add_row(
             message.message_id,
-            str(message.workspace_id or ""),
+            str(message.workspace_id or "(none: drop it)"),
             str(message.job_id or "(no jobId)"),
             str(message.sequence_number or ""),
             str(message.receive_count),
@@ -792,6 +792,42 @@ def dlq_show(ctx: typer.Context, message_id: str, as_json: JsonOption = False) -
     out().print(Panel(Text(json.dumps(body, indent=2) if not isinstance(body, str) else body), title="body"))
 
 
+@dlq_app.command("drop")
+@handle_errors
+def dlq_drop(
+    ctx: typer.Context,
+    message_id: str,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Delete a DLQ message whose group names no workspace (empty, `ws#` alone, another scheme), after recording it
+    REJECTED as msg#MESSAGE_ID. A job of a workspace is never dropped: redrive it, then resume it (--retry or
+    --skip)."""
+    from agent_jobs.guard import JobGuard
+
+    target = state_of(ctx).target
+    dlq = dead_letter_queue(target)
+    message = aws_call("reading the DLQ", lambda: dlq.find(message_id))
+    if message is None:
+        raise CliError(f"no message {message_id} in the DLQ; list them with: agent-jobs dlq list")
+    if message.workspace_id is not None:
+        raise CliError(
+            f"message {message_id} is a job of workspace {message.workspace_id}: it is not dropped. Redrive it "
+            f"(agent-jobs dlq redrive --workspace {message.workspace_id}), then resume the workspace with --retry or "
+            "--skip"
+        )
+    if not yes and not typer.confirm(
+        f"Record message {message_id} (group {message.group_id!r}) REJECTED and delete it from the DLQ?", err=True
+    ):
+        raise CliError("nothing dropped")
+    guard = JobGuard(target.dynamodb(), target.table_name)
+    result = aws_call("dropping the message", lambda: dlq.drop(guard, message, reason="dropped by an operator"))
+    if as_json:
+        print_json(result.as_dict())
+    else:
+        out().print(f"[green]{result.outcome}[/] {result.message_id}: {result.detail}; deleted from the DLQ")
+
+
 @dlq_app.command("redrive")
 @handle_errors
 def dlq_redrive(
@@ -804,7 +840,7 @@ def dlq_redrive(
     """Park the dead-lettered jobs of the workspaces with their original SequenceNumbers and halt those workspaces;
     a resume then runs them first, before every later job, in order. Nothing is resent to the jobs queue."""
     from agent_jobs.guard import JobGuard
-    from agent_jobs_cli.deadletters import RedriveOutcome, RedriveResult
+    from agent_jobs_cli.deadletters import RedriveOutcome, RedriveResult, registered_owners
 
     if bool(workspaces) == redrive_all:
         raise CliError("choose what to redrive: --workspace WORKSPACE (repeatable) or --all")
@@ -840,7 +876,13 @@ def dlq_redrive(
 
     results = aws_call(
         "the redrive",
-        lambda: dlq.redrive(guard, select_workspace=selected, max_receive_count=max_receives, on_result=report),
+        lambda: dlq.redrive(
+            guard,
+            select_workspace=selected,
+            owner_of=registered_owners(target.dynamodb(), target.table_name),
+            max_receive_count=max_receives,
+            on_result=report,
+        ),
     )
     halted_workspaces = sorted(
         {str(r.workspace_id) for r in results if r.outcome in (RedriveOutcome.PARKED, RedriveOutcome.REJECTED)}

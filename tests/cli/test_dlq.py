@@ -4,6 +4,7 @@ original SequenceNumbers, so the workspace halts and a resume runs them first, i
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -311,3 +312,93 @@ def test_dlq_acceptance_queue_dead_letters_redrive_halts_parks_and_resume_applie
     assert branch("ws-dl") == ["dl-1", "dl-2", "dl-3", "dl-4"]
     assert cli.run_json("status", "workspace", "ws-dl")["state"] == "ACTIVE"
     assert not [item for item in table_items(runtime) if item.get("status") == "DEAD"]
+
+
+def test_dlq_shows_drops_and_redrives_messages_of_no_workspace_and_bodies_too_large_for_a_record(
+    server_stack: Stack, moto_server: str, tmp_path: Path
+):
+    # Given a DLQ holding a message of group 'ws#' (no workspace), one of a foreign group, and a 1 MiB body of
+    # three-byte characters in a workspace's group, as the queue's own redrive would leave them
+    sqs = server_stack.services.sqs
+    sent = {
+        group: sqs.send_message(
+            QueueUrl=server_stack.dlq_url, MessageBody=body, MessageGroupId=group, MessageDeduplicationId=dedup
+        )["MessageId"]
+        for group, body, dedup in [
+            ("ws#", '{"jobId": "lost-1"}', "n-1"),
+            ("orders-7", "not json", "n-2"),
+            (workspace_group_id("ws-big"), "€" * 349_000, "n-3"),
+        ]
+    }
+    path = connection_file(tmp_path, server_stack, moto_server)
+
+    # When the operator lists, shows and drops one, and tries to drop the workspace's
+    listed = json.loads(run(path, "dlq", "list", "--json").stdout)["messages"]
+    shown = run(path, "dlq", "show", sent["ws#"], "--json")
+    dropped = run(path, "dlq", "drop", sent["ws#"], "--yes", "--json")
+    refused = run(path, "dlq", "drop", sent[workspace_group_id("ws-big")], "--yes")
+
+    # Then the listing shows the two without a workspace, the drop records it REJECTED before deleting it, and a job
+    # of a workspace is not dropped: the refusal says to redrive it
+    assert {m["messageId"]: m["workspaceId"] for m in listed} == {
+        sent["ws#"]: None,
+        sent["orders-7"]: None,
+        sent[workspace_group_id("ws-big")]: "ws-big",
+    }
+    assert json.loads(shown.stdout)["body"] == {"jobId": "lost-1"}
+    assert dropped.exit_code == 0, dropped.output
+    assert json.loads(dropped.stdout)["outcome"] == RedriveOutcome.NO_WORKSPACE
+    record = server_stack.item(f"msg#{sent['ws#']}")
+    assert (record["status"], record["groupId"]) == (JobStatus.REJECTED, "ws#")
+    assert "names no workspace" in record["error"]
+    assert refused.exit_code == 1
+    assert "agent-jobs dlq redrive --workspace ws-big" in refused.stderr
+    assert depth(sqs, server_stack.dlq_url) == 2
+
+    # And a redrive of everything settles the other two: the foreign group's recorded without halting anything, the
+    # 1 MiB body REJECTED with its workspace halted, its record cut to what an item holds with the body's size and hash
+    redriven = run(path, "dlq", "redrive", "--all", "--yes", "--json")
+    assert redriven.exit_code == 0, redriven.output
+    outcomes = {r["messageId"]: r["outcome"] for r in json.loads(redriven.stdout)["results"]}
+    assert outcomes == {
+        sent["orders-7"]: RedriveOutcome.NO_WORKSPACE,
+        sent[workspace_group_id("ws-big")]: RedriveOutcome.REJECTED,
+    }
+    assert server_stack.item(f"msg#{sent['orders-7']}")["status"] == JobStatus.REJECTED
+    big = server_stack.item(f"msg#{sent[workspace_group_id('ws-big')]}")
+    assert big["status"] == JobStatus.REJECTED
+    assert int(big["bodyBytes"]) == 3 * 349_000
+    assert big["bodySha256"] == hashlib.sha256(("€" * 349_000).encode()).hexdigest()
+    assert len(big["body"].encode()) <= 300_000
+    assert server_stack.workspace("ws-big")["state"] == WorkspaceState.HALTED
+    assert depth(sqs, server_stack.dlq_url) == 0
+
+
+def test_dlq_redrive_binds_a_job_to_its_workspace_owner_never_to_the_tenant_its_message_names(
+    server_stack: Stack, moto_server: str, tmp_path: Path
+):
+    # Given acme's workspace, and in the DLQ a valid job for it whose body and attribute name mallory
+    register_workspace(server_stack, "ws-acme", "acme")
+    message = make_message("planted-1", "ws-acme", tenant_id="mallory")
+    sent = server_stack.services.sqs.send_message(
+        QueueUrl=server_stack.dlq_url,
+        MessageBody=message.model_dump_json(by_alias=True),
+        MessageGroupId=workspace_group_id("ws-acme"),
+        MessageDeduplicationId="planted-1",
+        MessageAttributes={"tenantId": {"DataType": "String", "StringValue": "mallory"}},
+    )
+    path = connection_file(tmp_path, server_stack, moto_server)
+
+    # When the operator redrives everything
+    result = run(path, "dlq", "redrive", "--all", "--yes", "--json")
+
+    # Then it is REJECTED as acme's record under its message id, saying why, and parked for nobody: mallory has no
+    # job in acme's workspace and the jobId stays free for acme
+    assert result.exit_code == 0, result.output
+    assert [r["outcome"] for r in json.loads(result.stdout)["results"]] == [RedriveOutcome.REJECTED]
+    record = server_stack.item(f"msg#{sent['MessageId']}")
+    assert (record["status"], record["tenantId"]) == (JobStatus.REJECTED, "acme")
+    assert "belongs to another tenant" in record["error"]
+    assert server_stack.job("planted-1", "mallory") is None
+    assert server_stack.job("planted-1", "acme") is None
+    assert server_stack.workspace("ws-acme")["state"] == WorkspaceState.HALTED

@@ -15,7 +15,7 @@ from aws_lambda_powertools import Logger, Metrics
 from agent_jobs.guard import FailOutcome, JobGuard
 from agent_jobs.models import DrainMarker, JobStatus, ResumeDecision, WorkspaceState
 from agent_jobs.resume import resume_workspace, send_drain_marker
-from agent_jobs_cli.deadletters import DeadLetterQueue, RedriveOutcome
+from agent_jobs_cli.deadletters import DeadLetterQueue, RedriveOutcome, registered_owners
 from jobs.errors import PermanentJobError, RetryableJobError
 from processing import BatchWorker
 from tests.conftest import HookedWorkspaceStore, Hooks, Stack, enqueue, make_job, make_message
@@ -454,7 +454,9 @@ def test_dlq_redrive_of_a_stale_drain_marker_deletes_it_without_halting(stack, w
 
     # When the operator redrives the DLQ
     (redriven,) = DeadLetterQueue(stack.services.sqs, stack.dlq_url).redrive(
-        stack.guard, select_workspace=lambda _: True
+        stack.guard,
+        select_workspace=lambda _: True,
+        owner_of=registered_owners(stack.services.dynamodb, stack.table_name),
     )
 
     # Then the marker is deleted without effect, as the worker acknowledges a stale marker: nothing rejected or halted

@@ -12,7 +12,7 @@ import boto3
 import pytest
 
 from agent_jobs.guard import JobGuard
-from agent_jobs_cli.deadletters import DeadLetterQueue, RedriveOutcome
+from agent_jobs_cli.deadletters import DeadLetterQueue, RedriveOutcome, registered_owners
 from agent_jobs_local.demo import remote_branches
 from agent_jobs_local.runtime import LocalRuntime
 from agent_jobs_local.workload import create_remote, register_workspaces, remote_path
@@ -127,11 +127,11 @@ def test_jobs_dead_lettered_unseen_stop_the_jobs_behind_them_until_redriven_and_
         assert branch("ws-a") == []
 
         # And after the operator redrives the dead letters and retries each missing job, all seven apply in order
-        guard = JobGuard(
-            boto3.client("dynamodb", endpoint_url=runtime.endpoint_url, region_name=resources.region),
-            resources.table_name,
+        dynamodb = boto3.client("dynamodb", endpoint_url=runtime.endpoint_url, region_name=resources.region)
+        guard = JobGuard(dynamodb, resources.table_name)
+        redriven = DeadLetterQueue(sqs, resources.dlq_url).redrive(
+            guard, select_workspace=lambda w: w == "ws-a", owner_of=registered_owners(dynamodb, resources.table_name)
         )
-        redriven = DeadLetterQueue(sqs, resources.dlq_url).redrive(guard, select_workspace=lambda w: w == "ws-a")
         assert [(r.job_id, r.outcome) for r in redriven] == [(j, RedriveOutcome.PARKED) for j in missing]
         for job_id in missing:
             status, resumed = call(
