@@ -14,7 +14,7 @@ CHECKOV_STAMP := $(CHECKOV_VENV)/.installed
 export SAM_CLI_TELEMETRY := 0
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: help venv sandbox-tools lint template-lint security-lint test test-fast schema build build-local demo local chaos bench deploy clean
+.PHONY: help venv sandbox-tools node-tools lint template-lint security-lint test test-fast schema build build-local demo local chaos bench deploy clean
 
 help: ## list the verbs
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -40,6 +40,16 @@ sandbox-tools: ## make sure bwrap (Debian package bubblewrap) is installed for t
 	command -v bwrap >/dev/null 2>&1 || { echo "bwrap is missing: run \`sudo apt-get install bubblewrap\` (the local" \
 		"runtime runs test commands only in its sandbox)" >&2; exit 1; }
 
+# The Node.js producer example's test installs its locked dependencies with npm ci: Node.js 18+ and npm must be here.
+node-tools: ## make sure node and npm are installed (the Node.js producer example's test)
+	@command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 && exit 0; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing nodejs and npm for the Node.js producer example's test"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null; \
+	fi; \
+	command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || { echo "node and npm are missing: install" \
+		"Node.js 18+ with npm (e.g. \`sudo apt-get install nodejs npm\`)" >&2; exit 1; }
+
 lint: $(STAMP) ## ruff (lint + format check) and mypy
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -62,10 +72,10 @@ security-lint: $(CHECKOV_STAMP) ## checkov on template.yaml (offline); zero fail
 	BC_SKIP_MAPPING=TRUE CKV_SKIP_PACKAGE_UPDATE_CHECK=TRUE CKV_PARSE_ERROR_FAIL=TRUE \
 		$(CHECKOV_VENV)/bin/checkov -f template.yaml --framework cloudformation --skip-download --compact --quiet
 
-test: sandbox-tools lint template-lint security-lint ## everything CI runs: lint, template lint, security scan, all tests
+test: sandbox-tools node-tools lint template-lint security-lint ## everything CI runs: lint, template lint, security scan, all tests
 	$(BIN)/python -m pytest
 
-test-fast: sandbox-tools $(STAMP) ## the tests without the sam build ones
+test-fast: sandbox-tools node-tools $(STAMP) ## the tests without the sam build ones
 	$(BIN)/python -m pytest -m "not build"
 
 schema: $(STAMP) ## rewrite schemas/job-message.v1.schema.json from the job model (a test checks it is current)
