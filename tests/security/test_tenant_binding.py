@@ -328,6 +328,32 @@ def test_worker_refuses_a_remote_that_a_symlink_leads_out_of_the_tenants_root(st
         store.open("acme-repo")
 
 
+def test_worker_refuses_a_remote_whose_alternates_borrow_another_tenants_objects(
+    stack: Stack, remotes_root: Path
+) -> None:
+    # Given mallory's registered remote inside mallory's root, whose objects/info/alternates and main name acme's
+    from dulwich.repo import Repo
+
+    from tests.git.conftest import commit_files
+
+    acme = remotes_root / "acme" / "secret.git"
+    Repo.init_bare(str(acme), mkdir=True).close()
+    commit_files(acme, "main", {"key.pem": b"acme's key\n"}, "secret\n")
+    evil = remotes_root / "mallory" / "evil.git"
+    Repo.init_bare(str(evil), mkdir=True).close()
+    (evil / "objects" / "info" / "alternates").write_text(f"{acme / 'objects'}\n")
+    (evil / "refs" / "heads" / "main").write_text((acme / "refs" / "heads" / "main").read_text())
+    registry = WorkspaceRegistry(stack.services.dynamodb, stack.table_name)
+    registry.register("evil", WorkspaceRegistration(remote_url=str(evil), branch="agent/work"), "mallory")
+    store = RegisteredWorkspaceStore(
+        registry, remotes_root.parent / "cache", bounds=TenantBounds(remote_root=str(remotes_root))
+    )
+
+    # When a job of mallory's workspace reads it, it is refused before anything of acme's is read
+    with pytest.raises(PermanentJobError, match=r"reaches outside .*/mallory/ \(this tenant's remotes\)"):
+        store.open("evil").head()
+
+
 # ---- 5. no hosts inside the deployment's network ------------------------------------------------------------------
 
 PRIVATE_URLS = [

@@ -132,6 +132,9 @@ class GitRemote:
     credentials: GitCredentials | None = None
     # The tenant that registered the workspace: caches are kept apart per owner and url.
     owner: str = ""
+    # For a file-system remote: the folder it must not reach outside of through git's own pointers (the tenant's
+    # folder of the remotes root; see `_local_remote_escape`). Empty: the remote is read as git reads it.
+    confined_to: str = ""
 
     @property
     def cache_key(self) -> str:
@@ -403,6 +406,7 @@ class GitWorkspace:
         The values are the ones the remote advertised for this fetch, so every object they name is in the cache.
         The cache keeps a copy of each ref, which makes the next fetch send only what is new.
         """
+        self._check_confined()
         advertised: dict[Ref, ObjectID] = {}
 
         def wants(refs: Mapping[Ref, ObjectID], depth: int | None = None) -> list[ObjectID]:
@@ -437,6 +441,7 @@ class GitWorkspace:
         The old value sent with the update is the one `still_expected` approved, and the remote applies the update
         only if the ref still has that value (compare-and-swap), so a concurrent change in between is refused too.
         """
+        self._check_confined()
         approved: dict[Ref, ObjectID] = {}
 
         def update_refs(remote_refs: dict[Ref, ObjectID]) -> dict[Ref, ObjectID]:
@@ -479,6 +484,20 @@ class GitWorkspace:
 
     def _local_remote(self) -> Path | None:
         return Path(os.fsdecode(self._remote_path)) if isinstance(self._client, LocalGitClient) else None
+
+    def _check_confined(self) -> None:
+        """Before each read or write of a local remote that has a confining folder: refuse it if git's own pointers
+        lead outside that folder (checked on every use: the remote's owner may change its files at any time)."""
+        root = self._local_remote()
+        if root is None or not self.remote.confined_to:
+            return
+        escape = _local_remote_escape(root, self.remote.confined_to)
+        if escape is not None:
+            raise PermanentJobError(
+                f"{self.remote.display_url} reaches outside {self.remote.confined_to}/ (this tenant's remotes): "
+                f"{escape}; remove it from the remote (or register a remote that holds its own objects), then resume "
+                "the workspace"
+            )
 
     @contextmanager
     def _pushing(self) -> Iterator[None]:
@@ -963,6 +982,74 @@ class _PackGuard:
                 return bytes(inflater.unused_data)
             if not data and len(out) < _INFLATE_STEP:
                 return b""
+
+
+def _local_remote_escape(remote: Path, folder: str) -> str | None:
+    """What of the local remote at `remote` leads outside `folder`, or None.
+
+    A local remote is read and written in the worker's own process, following git's pointers as git does: a `.git`
+    file or `commondir` file naming another repository, `objects/info/alternates` naming another object store, and
+    symbolic links anywhere under `objects/` or `refs/` (or `packed-refs`, `HEAD`). Each must stay inside `folder`
+    (symbolic links resolved), so that one tenant's remote can never hand another tenant's objects or refs to its
+    workspace. Alternates inside `folder` are followed and checked in turn, at most _MAX_ALTERNATES_DEPTH deep.
+    """
+    zone = os.path.realpath(folder).rstrip("/") + "/"
+
+    def outside(path: Path | str) -> bool:
+        return not (os.path.realpath(path) + "/").startswith(zone)
+
+    if outside(remote):
+        return f"{remote} is not inside it once its symbolic links are resolved"
+    dot_git = remote / ".git"
+    if dot_git.is_file():
+        return "a .git file (a pointer to another repository)"
+    control = dot_git if dot_git.is_dir() else remote
+    if (control / "commondir").exists():
+        return "a commondir file (a pointer to another repository's objects and refs)"
+    for name in ("HEAD", "packed-refs", "refs"):
+        if (control / name).is_symlink() and outside(control / name):
+            return f"{name} is a symbolic link to {os.path.realpath(control / name)}"
+    escaped = _escaping_link(control / "refs", outside)
+    if escaped is not None:
+        return f"{escaped.relative_to(control)} is a symbolic link outside"
+    stores, seen = [(control / "objects", 0)], set[str]()
+    while stores:
+        objects, depth = stores.pop()
+        if outside(objects):
+            return f"{objects} (objects, or an alternate object store) is outside"
+        if os.path.realpath(objects) in seen:
+            continue
+        seen.add(os.path.realpath(objects))
+        escaped = _escaping_link(objects, outside)
+        if escaped is not None:
+            return f"{escaped} is a symbolic link outside"
+        alternates = objects / "info" / "alternates"
+        if not alternates.is_file():
+            continue
+        for raw in alternates.read_text(errors="replace").splitlines():
+            line = raw.strip()
+            if not line or line.startswith("#"):
+                continue
+            alternate = Path(line) if line.startswith("/") else objects / line
+            if outside(alternate):
+                return f"objects/info/alternates names {line}, outside"
+            if depth + 1 > _MAX_ALTERNATES_DEPTH:
+                return f"alternates more than {_MAX_ALTERNATES_DEPTH} deep"
+            stores.append((alternate, depth + 1))
+    return None
+
+
+def _escaping_link(folder: Path, outside: Callable[[Path | str], bool]) -> Path | None:
+    """The first symbolic link under `folder` (itself included) that resolves outside, walking without following
+    links; None when there is none (or no folder)."""
+    if folder.is_symlink() and outside(folder):
+        return folder
+    for parent, folders, files in os.walk(folder):
+        for name in (*folders, *files):
+            path = Path(parent) / name
+            if path.is_symlink() and outside(path):
+                return path
+    return None
 
 
 def _stored_size(store: DiskObjectStore, sha: ObjectID, *, depth: int = 0) -> int | None:

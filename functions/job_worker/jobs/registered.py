@@ -108,7 +108,8 @@ class RegisteredWorkspaceStore:
         registered = self.registration(workspace_id)
         registration = registered.registration
         remote = registration.remote_url
-        if remote.startswith("/") or remote.lower().startswith("file:"):
+        file_remote = remote.startswith("/") or remote.lower().startswith("file:")
+        if file_remote:
             refused = self.bounds.file_remote_error(remote, registered.tenant_id)
         else:
             refused = self.bounds.host_error(remote, "remoteUrl")
@@ -128,6 +129,8 @@ class RegisteredWorkspaceStore:
             base_branch=registration.base_branch,
             credentials=credentials,
             owner=registered.tenant_id,  # a cache of its own per tenant and remote
+            # A file-system remote stays inside its tenant's folder, also through git's own pointers.
+            confined_to=(self.bounds.tenant_remote_root(registered.tenant_id) or "") if file_remote else "",
         )
 
 
