@@ -119,7 +119,10 @@ def test_pool_never_runs_more_environments_than_its_limit(
     assert [result.outcome for result in results] == [Outcome.OK] * 4
     assert len({result.response["pid"] for result in results}) == 2
     assert pool.cold_starts == 2
-    assert [result.response["met"] for result in results].count(False) >= 2  # the first two waited in vain
+    # The first invocation waited in vain: while it waited, only the other environment's could arrive. (Its
+    # partner may meet three when its cold start outlasts the first one's wait on a busy machine.) Three
+    # environments at once would let every invocation meet.
+    assert [result.response["met"] for result in results].count(False) >= 1
 
 
 def test_pool_replaces_an_environment_that_timed_out_or_crashed(make_pool: Callable[..., EnvironmentPool]) -> None:
