@@ -132,7 +132,7 @@ def install(handler_module: ModuleType, config: dict[str, Any]) -> None:
 
         return commit
 
-    JobGuard.claim = claim  # type: ignore[method-assign]
-    JobGuard.complete = complete  # type: ignore[method-assign]
+    JobGuard.claim = claim  # type: ignore[method-assign,assignment]
+    JobGuard.complete = complete  # type: ignore[method-assign,assignment]
     LocalWorkspace.commit = at_commit(LocalWorkspace.commit)  # type: ignore[method-assign]
     GitWorkspace.commit = at_commit(GitWorkspace.commit)  # type: ignore[method-assign]

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from agent_jobs.guard import AcceptOutcome, JobGuard, _wire
+from agent_jobs.guard import AcceptOutcome, JobGuard, wire
 from agent_jobs.keys import job_key
 from agent_jobs.models import JobStatus, job_message
 from enqueue_api import app
@@ -60,7 +60,7 @@ class TimelineApi(WorkspaceApi):
                 # the registration, so write one as the producer did then.
                 self.stack.services.dynamodb.put_item(
                     TableName=self.stack.table_name,
-                    Item=_wire(
+                    Item=wire(
                         {
                             "pk": job_key(tenant, job_id),
                             "jobId": job_id,

@@ -58,7 +58,7 @@ def install(handler_module: ModuleType, config: dict[str, Any]) -> None:
             time.sleep(3600)  # the local runtime kills the environment at the function's Timeout
         return result
 
-    JobGuard.claim = claim  # type: ignore[method-assign]
+    JobGuard.claim = claim  # type: ignore[method-assign,assignment]
 
     for workspace_class in (LocalWorkspace, GitWorkspace):
         original_commit = workspace_class.commit

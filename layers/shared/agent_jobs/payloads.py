@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Final
 
 from botocore.exceptions import ClientError
 
-from agent_jobs.guard import MAX_STORED_BODY_CHARS
 from agent_jobs.models import JobMessage, PayloadRef, PayloadUnavailableError, canonical_job_document
+from agent_jobs.store.codec import MAX_STORED_BODY_CHARS
 
 if TYPE_CHECKING:
     from mypy_boto3_s3.client import S3Client

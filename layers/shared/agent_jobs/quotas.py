@@ -29,8 +29,9 @@ from typing import TYPE_CHECKING, Any, Final
 
 from botocore.exceptions import ClientError
 
-from agent_jobs.guard import PENDING_INDEX, Clock, _condition_failed, _wire, epoch_ms, to_item
 from agent_jobs.keys import rate_key
+from agent_jobs.store.codec import Clock, condition_failed, epoch_ms, to_item, wire
+from agent_jobs.store.conditions import PENDING_INDEX
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.client import DynamoDBClient
@@ -137,11 +138,11 @@ class JobQuotas:
             try:
                 self.client.update_item(
                     TableName=self.table_name,
-                    Key=_wire({"pk": rate_key(tenant_id, second)}),
+                    Key=wire({"pk": rate_key(tenant_id, second)}),
                     UpdateExpression="SET tenantId = :tid, #ttl = :ttl ADD jobCount :n",
                     ConditionExpression="attribute_not_exists(jobCount) OR jobCount <= :room",
                     ExpressionAttributeNames={"#ttl": "ttl"},
-                    ExpressionAttributeValues=_wire(
+                    ExpressionAttributeValues=wire(
                         {
                             ":tid": tenant_id,
                             ":ttl": second + RATE_COUNTER_TTL_SECONDS,
@@ -152,7 +153,7 @@ class JobQuotas:
                     ReturnValuesOnConditionCheckFailure="ALL_OLD",
                 )
             except ClientError as error:
-                if not _condition_failed(error):
+                if not condition_failed(error):
                     raise
                 # The count as it was says how many still fit; without it, try one job fewer.
                 count = to_item(error.response.get("Item", {})).get("jobCount")  # type: ignore[arg-type]
@@ -171,10 +172,10 @@ class JobQuotas:
         try:
             self.client.update_item(
                 TableName=self.table_name,
-                Key=_wire({"pk": rate_key(permit.tenant_id, permit.second)}),
+                Key=wire({"pk": rate_key(permit.tenant_id, permit.second)}),
                 UpdateExpression="ADD jobCount :minus",
                 ConditionExpression="attribute_exists(jobCount)",
-                ExpressionAttributeValues=_wire({":minus": -jobs}),
+                ExpressionAttributeValues=wire({":minus": -jobs}),
             )
         except ClientError:
             return
@@ -199,7 +200,7 @@ class JobQuotas:
                 "IndexName": PENDING_INDEX,
                 "KeyConditionExpression": "pendingWorkspace = :wid",
                 "FilterExpression": "tenantId = :tid",
-                "ExpressionAttributeValues": _wire({":wid": workspace_id, ":tid": tenant_id}),
+                "ExpressionAttributeValues": wire({":wid": workspace_id, ":tid": tenant_id}),
                 "Select": "COUNT",
                 "Limit": limit - scanned,
             }

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from agent_jobs.guard import Clock, Item, _cancellation, _condition_failed, _reason_failed, _wire, epoch_ms, to_item
 from agent_jobs.keys import workspace_key
 from agent_jobs.models import RegisteredWorkspace, WorkspaceRegistration, WorkspaceState
+from agent_jobs.store.codec import Clock, Item, cancellation, condition_failed, epoch_ms, reason_failed, to_item, wire
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.client import DynamoDBClient
@@ -138,10 +138,10 @@ class WorkspaceRegistry:
         if removed:
             expression += " REMOVE " + ", ".join(f"#{attribute}" for attribute in removed)
         names["#remoteUrl"] = "remoteUrl"
-        wire_values = _wire(
+        wire_values = wire(
             {**{f":{k}": v for k, v in values.items()}, ":now": now, ":active": str(WorkspaceState.ACTIVE)}
         )
-        key = _wire({"pk": workspace_key(workspace_id)})
+        key = wire({"pk": workspace_key(workspace_id)})
         try:
             self._client.transact_write_items(
                 TransactItems=[
@@ -162,12 +162,12 @@ class WorkspaceRegistry:
                     {
                         "Update": {
                             "TableName": self._table,
-                            "Key": _wire({"pk": tenant_key(tenant_id)}),
+                            "Key": wire({"pk": tenant_key(tenant_id)}),
                             "UpdateExpression": (
                                 "SET tenantId = :tid, workspaceCount = if_not_exists(workspaceCount, :zero) + :one"
                             ),
                             "ConditionExpression": "attribute_not_exists(workspaceCount) OR workspaceCount < :limit",
-                            "ExpressionAttributeValues": _wire(
+                            "ExpressionAttributeValues": wire(
                                 {":tid": tenant_id, ":zero": 0, ":one": 1, ":limit": self._max_workspaces}
                             ),
                         }
@@ -175,10 +175,10 @@ class WorkspaceRegistry:
                 ]
             )
         except ClientError as error:
-            reasons = _cancellation(error)
-            if reasons is None or not any(_reason_failed(reason) for reason in reasons):
+            reasons = cancellation(error)
+            if reasons is None or not any(reason_failed(reason) for reason in reasons):
                 raise
-            if not _reason_failed(reasons[0]):
+            if not reason_failed(reasons[0]):
                 raise WorkspaceQuotaError(tenant_id, self._max_workspaces) from None
             owner = to_item(reasons[0].get("Item", {})).get("tenantId")
             if owner != tenant_id:
@@ -198,7 +198,7 @@ class WorkspaceRegistry:
                 ReturnValues="ALL_OLD",
             )
         except ClientError as error:
-            if _condition_failed(error):  # registrations are never removed: only another owner fails this
+            if condition_failed(error):  # registrations are never removed: only another owner fails this
                 raise WorkspaceOwnedElsewhereError(workspace_id) from None
             raise
         old = to_item(response.get("Attributes", {}))
@@ -213,7 +213,7 @@ class WorkspaceRegistry:
     def status(self, workspace_id: str) -> WorkspaceStatus | None:
         """The workspace item's registration and halt state (one consistent GetItem); None if there is no item."""
         response = self._client.get_item(
-            TableName=self._table, Key=_wire({"pk": workspace_key(workspace_id)}), ConsistentRead=True
+            TableName=self._table, Key=wire({"pk": workspace_key(workspace_id)}), ConsistentRead=True
         )
         raw = response.get("Item")
         if not raw:

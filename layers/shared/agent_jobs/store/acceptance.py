@@ -1,0 +1,225 @@
+"""Acceptance: the API records a job QUEUED before it sends it, and its message id once sent."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from botocore.exceptions import ClientError
+
+from agent_jobs.core import decisions
+from agent_jobs.core.outcomes import AcceptOutcome
+from agent_jobs.core.records import JobRecord
+from agent_jobs.keys import job_key, workspace_key
+from agent_jobs.models import JobMessage, JobStatus
+from agent_jobs.store.base import message_tenant
+from agent_jobs.store.codec import (
+    Item,
+    cancellation,
+    reason_failed,
+    to_item,
+    wire,
+)
+from agent_jobs.store.conditions import (
+    sequence_clauses,
+)
+from agent_jobs.store.results import AcceptResult
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb.type_defs import TransactWriteItemTypeDef
+
+from agent_jobs.store.base import StoreBase
+
+
+class AcceptanceStore(StoreBase):
+    """Records of accepted jobs."""
+
+    def record_accepted(self, message: JobMessage) -> AcceptResult:
+        """Record a job QUEUED before it is sent, unless its jobId is known: then say whether it is the same job.
+
+        One transaction: the conditional put of the job and a check that its workspace item (`ws#<workspaceId>`)
+        is a registration of the job's tenant, so a job never enters another tenant's workspace (WORKSPACE_FORBIDDEN)
+        nor one nobody registered yet (WORKSPACE_UNREGISTERED), nothing written; the check's old item tells the two
+        apart, without a read. A known jobId is answered from its record first: CONFLICT for another job, EXISTING
+        for the same job already sent (nothing is sent again); the same job recorded but unsent is sent (UNSENT) only
+        while its workspace is still the tenant's own.
+        """
+        item = self._queued_item(message, self._clock())
+        put_job: TransactWriteItemTypeDef = {
+            "Put": {
+                "TableName": self._table,
+                "Item": wire(item),
+                "ConditionExpression": "attribute_not_exists(pk)",
+                "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+            }
+        }
+        workspace_is_the_tenants = self._workspace_owned_check(message.workspace_id, message_tenant(message))
+        try:
+            self._client.transact_write_items(TransactItems=[put_job, workspace_is_the_tenants])
+        except ClientError as error:
+            reasons = cancellation(error)
+            if reasons is None or not any(reason_failed(reason) for reason in reasons):
+                raise  # a transaction conflict or throttling: the caller answers 503 and the client retries
+            job_reason = reasons[0] if reasons else {}
+            refusal = _workspace_refusal(reasons[1], message.tenant_id) if len(reasons) > 1 else None
+            if not reason_failed(job_reason):
+                return AcceptResult(refusal or AcceptOutcome.WORKSPACE_FORBIDDEN)
+            return self._known_job(message, to_item(job_reason.get("Item", {})), refusal)
+        return AcceptResult(AcceptOutcome.NEW, item)
+
+    def record_sent(self, tenant_id: str, job_id: str, message_id: str, sequence_number: str | None) -> None:
+        """Store the queue's message id and sequence number; never touches the status a worker may already own."""
+        values: dict[str, Any] = {":mid": message_id}
+        expression = "SET messageId = :mid" + sequence_clauses(values, sequence_number)
+        self._client.update_item(
+            TableName=self._table,
+            Key=wire({"pk": job_key(tenant_id, job_id)}),
+            UpdateExpression=expression,
+            ConditionExpression="attribute_exists(pk)",
+            ExpressionAttributeValues=wire(values),
+        )
+
+    def record_accepted_batch(self, messages: Sequence[JobMessage]) -> list[AcceptResult]:
+        """`record_accepted` for several jobs (distinct jobIds) in as few writes as their outcomes allow: one result
+        per message, in order.
+
+        One transaction holds the conditional put of every job and one ownership check per distinct workspace. When
+        it is cancelled, the reasons say each item's fate: a job whose put failed is CONFLICT, EXISTING, UNSENT or
+        WORKSPACE_FORBIDDEN as `record_accepted` decides; a job whose workspace check failed is WORKSPACE_FORBIDDEN;
+        the jobs that were only cancelled along are written again in a new transaction (each round settles at least
+        one job, so there are at most as many rounds as jobs). Like `record_accepted`, this relies on DynamoDB
+        reporting every item's reason. A cancellation without a failed condition (a conflicting transaction,
+        throttling) raises: retrying the batch is safe.
+        """
+        results: dict[int, AcceptResult] = {}
+        remaining = list(range(len(messages)))
+        for _ in range(len(messages) + 1):
+            if not remaining:
+                break
+            now = self._clock()
+            items = {index: self._queued_item(messages[index], now) for index in remaining}
+            workspaces: dict[str, str] = {}  # workspace -> tenant, in first-seen order
+            for index in remaining:
+                workspaces.setdefault(messages[index].workspace_id, message_tenant(messages[index]))
+            transact: list[TransactWriteItemTypeDef] = [
+                {
+                    "Put": {
+                        "TableName": self._table,
+                        "Item": wire(items[index]),
+                        "ConditionExpression": "attribute_not_exists(pk)",
+                        "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+                    }
+                }
+                for index in remaining
+            ]
+            transact.extend(self._workspace_owned_check(ws, tenant) for ws, tenant in workspaces.items())
+            try:
+                self._client.transact_write_items(TransactItems=transact)
+            except ClientError as error:
+                reasons = cancellation(error)
+                if reasons is None or not any(reason_failed(reason) for reason in reasons):
+                    raise  # a transaction conflict or throttling: the caller answers 503 and the client retries
+                refused = {
+                    ws: refusal
+                    for (ws, tenant), reason in zip(workspaces.items(), reasons[len(remaining) :], strict=False)
+                    if (refusal := _workspace_refusal(reason, tenant)) is not None
+                }
+                still_new = []
+                for index, reason in zip(remaining, reasons, strict=False):
+                    message = messages[index]
+                    if reason_failed(reason):
+                        old = to_item(reason.get("Item", {}))
+                        results[index] = self._known_job(message, old, refused.get(message.workspace_id))
+                    elif message.workspace_id in refused:
+                        results[index] = AcceptResult(refused[message.workspace_id])
+                    else:
+                        still_new.append(index)
+                remaining = still_new
+                continue
+            for index in remaining:
+                results[index] = AcceptResult(AcceptOutcome.NEW, items[index])
+            remaining = []
+        if remaining:  # cannot happen: every cancelled round settles a job
+            raise RuntimeError("jobs left unrecorded after a round per job")
+        return [results[index] for index in range(len(messages))]
+
+    def record_sent_batch(self, sent: Sequence[tuple[str, str, str, str | None]]) -> None:
+        """`record_sent` for several jobs, (tenantId, jobId, messageId, sequenceNumber) each: one transaction of the
+        updates, which never touch the status a worker may own. If the transaction is cancelled (a worker's write of
+        one of the jobs at the same moment), each job is updated on its own instead."""
+        if len(sent) == 1:
+            self.record_sent(*sent[0])
+            return
+        updates: list[TransactWriteItemTypeDef] = []
+        for tenant_id, job_id, message_id, sequence_number in sent:
+            values: dict[str, Any] = {":mid": message_id}
+            expression = "SET messageId = :mid" + sequence_clauses(values, sequence_number)
+            updates.append(
+                {
+                    "Update": {
+                        "TableName": self._table,
+                        "Key": wire({"pk": job_key(tenant_id, job_id)}),
+                        "UpdateExpression": expression,
+                        "ConditionExpression": "attribute_exists(pk)",
+                        "ExpressionAttributeValues": wire(values),
+                    }
+                }
+            )
+        try:
+            self._client.transact_write_items(TransactItems=updates)
+        except ClientError as error:
+            if cancellation(error) is None:
+                raise
+            for tenant_id, job_id, message_id, sequence_number in sent:
+                self.record_sent(tenant_id, job_id, message_id, sequence_number)
+
+    def _queued_item(self, message: JobMessage, now: int) -> Item:
+        """The QUEUED record of an accepted job (`record_accepted`, `record_accepted_batch`)."""
+        return {
+            "pk": job_key(message_tenant(message), message.job_id),
+            "jobId": message.job_id,
+            "workspaceId": message.workspace_id,
+            "tenantId": message_tenant(message),
+            "type": str(message.type),
+            "payloadHash": message.payload_hash,
+            "status": str(JobStatus.QUEUED),
+            # In the pending index once its SequenceNumber is recorded (`record_sent`) until it is settled: SUCCEEDED,
+            # SKIPPED, or in the hands of the halt machinery (PARKED, DEAD).
+            "pendingWorkspace": message.workspace_id,
+            "attempt": 0,
+            "acceptedAt": now,
+            "updatedAt": now,
+            "ttl": self._ttl(now),
+            "history": [{"status": str(JobStatus.QUEUED), "at": now}],
+        }
+
+    def _workspace_owned_check(self, workspace_id: str, tenant_id: str) -> TransactWriteItemTypeDef:
+        # Only a registration (remoteUrl) of the job's own tenant takes its jobs: a job sent before anyone registered
+        # the workspace would otherwise run on the branch of whoever registers it later. The old item on failure says
+        # which refusal it is (`_workspace_refusal`).
+        return {
+            "ConditionCheck": {
+                "TableName": self._table,
+                "Key": wire({"pk": workspace_key(workspace_id)}),
+                "ConditionExpression": "attribute_exists(remoteUrl) AND tenantId = :tid",
+                "ExpressionAttributeValues": wire({":tid": tenant_id}),
+                "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+            }
+        }
+
+    @staticmethod
+    def _known_job(message: JobMessage, old: Item, workspace_refusal: AcceptOutcome | None) -> AcceptResult:
+        outcome = decisions.known_job(
+            JobRecord.from_item(old),
+            payload_hash=message.payload_hash,
+            tenant_id=message.tenant_id,
+            refusal=workspace_refusal,
+        )
+        return AcceptResult(outcome) if outcome is workspace_refusal else AcceptResult(outcome, old)
+
+
+def _workspace_refusal(reason: Mapping[str, Any], tenant_id: str | None) -> AcceptOutcome | None:
+    """Why a workspace ownership check failed, from its old item; None when it did not fail."""
+    if not reason_failed(reason):
+        return None
+    return decisions.workspace_refusal(to_item(reason.get("Item", {})).get("tenantId"), tenant_id)

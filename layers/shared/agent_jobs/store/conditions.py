@@ -1,0 +1,60 @@
+"""Named fragments of the store's condition and update expressions, and the indexes they use.
+
+Status lists come from the transition table (`agent_jobs.core.transitions`): a write may leave a record only from a
+state the table allows for its action.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agent_jobs.core.transitions import JobAction, job_sources, recorded
+from agent_jobs.keys import parked_sequence
+from agent_jobs.models import JobStatus
+
+# Sparse indexes (template.yaml): PARKED jobs by workspace in SequenceNumber order; halted workspaces by tenant.
+PARKED_INDEX = "parkedByWorkspace"
+HALTED_INDEX = "haltedByTenant"
+# Sparse index of the jobs a workspace accepted and has not settled (neither SUCCEEDED nor SKIPPED), in queue order:
+# `pendingWorkspace` HASH, `queueSeq` (the job's first recorded SequenceNumber, zero-padded) RANGE.
+PENDING_INDEX = "pendingByWorkspace"
+# The table's GSI of job records by workspace, in acceptance order (template.yaml: workspaceId HASH, acceptedAt RANGE).
+WORKSPACE_INDEX = "byWorkspace"
+# Pending jobs ahead of a job that a claim reads at most, and names at most in a halt reason.
+MAX_MISSING_LISTED = 25
+
+# A failed attempt may be retried while fewer than max_attempts - 1 failures are recorded (`:lastfailure`); a retried
+# one counts one more (`StoreBase._failure_values` gives the three values).
+FAILURES_LEFT = "(attribute_not_exists(failures) OR failures < :lastfailure)"
+COUNT_FAILURE = "failures = if_not_exists(failures, :zero) + :one"
+# The writer still holds the job's lease (`:owner`, `:inflight`).
+LEASE_HELD = "leaseOwner = :owner AND #status = :inflight"
+# A lease whose worker never came back.
+LEASE_EXPIRED = "#status = :inflight AND leaseExpiresAt < :now"
+# Only a new record or one that carries the same payload.
+SAME_PAYLOAD = "(attribute_not_exists(pk) OR payloadHash = :hash)"
+
+
+def status_in(values: dict[str, Any], action: JobAction) -> str:
+    """`#status IN (...)` over the recorded states the table allows `action` from (placeholders added to
+    `values`); a transition from no record or from IN_FLIGHT has its own fragment (its side condition differs)."""
+    states = [s for s in recorded(job_sources(action)) if s is not JobStatus.IN_FLIGHT]
+    names = []
+    for status in states:
+        name = f":from{status.name.lower().replace('_', '')}"
+        values[name] = str(status)
+        names.append(name)
+    return f"#status IN ({', '.join(names)})"
+
+
+def sequence_clauses(values: dict[str, Any], sequence_number: str | None) -> str:
+    """The SET clauses (with a leading comma) recording a message's SequenceNumber; the first one recorded stays the
+    job's place in its workspace's queue order (`queueSeq`, the key of the pending index). Values go into `values`."""
+    if not sequence_number:
+        return ""
+    values[":seq"] = sequence_number
+    clauses = ", sequenceNumber = :seq"
+    if sequence_number.isdigit():
+        values[":qseq"] = parked_sequence(sequence_number, 0)
+        clauses += ", queueSeq = if_not_exists(queueSeq, :qseq)"
+    return clauses

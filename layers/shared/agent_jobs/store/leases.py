@@ -1,0 +1,285 @@
+"""Leases: a worker's claim of a job, and its completion or failure under the lease."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from botocore.exceptions import ClientError
+
+from agent_jobs.core import decisions
+from agent_jobs.core.outcomes import ClaimOutcome, FailOutcome
+from agent_jobs.core.records import JobRecord
+from agent_jobs.core.transitions import JobAction
+from agent_jobs.keys import job_key, workspace_key
+from agent_jobs.models import JobMessage, JobStatus, WorkspaceState
+from agent_jobs.store.base import message_tenant
+from agent_jobs.store.codec import (
+    cancellation,
+    condition_failed,
+    reason_item,
+    stored_error,
+    to_item,
+    wire,
+)
+from agent_jobs.store.conditions import (
+    COUNT_FAILURE,
+    FAILURES_LEFT,
+    LEASE_EXPIRED,
+    LEASE_HELD,
+    SAME_PAYLOAD,
+    sequence_clauses,
+    status_in,
+)
+from agent_jobs.store.results import ClaimResult, Lease
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb.type_defs import TransactWriteItemTypeDef
+
+from agent_jobs.store.drain import DrainStore
+
+
+class LeaseStore(DrainStore):
+    """Claims of jobs and what their workers record."""
+
+    def claim(
+        self,
+        message: JobMessage,
+        *,
+        message_id: str,
+        sequence_number: str | None,
+        remaining_ms: int,
+        body: str | None = None,
+        near_delivery_limit: bool = False,
+        alone: bool = True,
+    ) -> ClaimResult:
+        """Claim a job for this invocation: one transaction of a conditional update of the job and a check that its
+        workspace is not halted. Succeeds iff the job is new, QUEUED, FAILED, or IN_FLIGHT with an expired lease (its
+        worker never came back), has been claimed fewer than `max_claims` times, and carries the payload it was
+        accepted with. A FAILED job always has attempts left: `fail` makes the last allowed failure DEAD.
+
+        `alone`: no other job of this invocation runs while this one does. An invocation that dies (killed, out of
+        memory, timed out) takes every job it had in flight with it, and only a job that ran alone is known to be
+        the one that killed it. So a claim that is not alone never takes over an expired lease (SUSPECT: claim it
+        again alone), and the lease records whether it was shared (`leaseShared`).
+
+        `near_delivery_limit`: the message has few deliveries left before the queue's redrive. An expired lease of a
+        claim that ran alone is then not taken over: the job is what killed its worker, and one more crash would let
+        the queue dead-letter it. It becomes DEAD (EXHAUSTED) and halts its workspace instead. An expired shared lease
+        is taken over: that job only shared an invocation that died, and most likely another job killed it.
+
+        `body` (the message body) is written only if the claim finds the attempts used up and the job becomes DEAD,
+        so that an operator can retry it; the happy path never writes it.
+        """
+        now = self._clock()
+        owner = secrets.token_hex(16)
+        expires = now + max(remaining_ms, 0)
+        values: dict[str, Any] = {
+            ":inflight": str(JobStatus.IN_FLIGHT),
+            ":now": now,
+            ":maxclaims": self._max_claims,
+            ":zero": 0,
+            ":one": 1,
+            ":owner": owner,
+            ":exp": expires,
+            ":jid": message.job_id,
+            ":wid": message.workspace_id,
+            ":tid": message_tenant(message),
+            ":type": str(message.type),
+            ":hash": message.payload_hash,
+            ":mid": message_id,
+            ":ttl": self._ttl(now),
+            ":empty": [],
+            ":entry": [{"status": str(JobStatus.IN_FLIGHT), "at": now, "messageId": message_id}],
+        }
+        set_clauses = [
+            "#status = :inflight",
+            "attempt = if_not_exists(attempt, :zero) + :one",
+            "leaseOwner = :owner",
+            "leaseExpiresAt = :exp",
+            "jobId = :jid",
+            "workspaceId = :wid",
+            "tenantId = if_not_exists(tenantId, :tid)",  # the tenant the producer verified stays the owner
+            "#type = :type",
+            "payloadHash = :hash",
+            "messageId = :mid",
+            "acceptedAt = if_not_exists(acceptedAt, :now)",
+            "updatedAt = :now",
+            "#ttl = :ttl",
+            "history = list_append(if_not_exists(history, :empty), :entry)",
+            "pendingWorkspace = :wid",  # pending until it settles (also a job the producer never recorded)
+        ]
+        removed = ["#error"]
+        takeover = ""  # a shared claim never takes over a lost lease
+        if alone:
+            removed.append("leaseShared")
+            # near the limit, only the lease of a shared claim: the job did not die alone
+            shared_only = " AND leaseShared = :true" if near_delivery_limit else ""
+            takeover = f" OR ({LEASE_EXPIRED}{shared_only})"
+        else:
+            set_clauses.append("leaseShared = :true")
+        if not alone or near_delivery_limit:
+            values[":true"] = True
+        job_update: TransactWriteItemTypeDef = {
+            "Update": {
+                "TableName": self._table,
+                "Key": wire({"pk": job_key(message_tenant(message), message.job_id)}),
+                "UpdateExpression": (
+                    "SET "
+                    + ", ".join(set_clauses)
+                    + sequence_clauses(values, sequence_number)
+                    + " REMOVE "
+                    + ", ".join(removed)
+                ),
+                "ConditionExpression": (
+                    f"{SAME_PAYLOAD}"
+                    f" AND (attribute_not_exists(pk) OR {status_in(values, JobAction.CLAIM)}{takeover})"
+                    " AND (attribute_not_exists(attempt) OR attempt < :maxclaims)"
+                ),
+                "ExpressionAttributeNames": {"#status": "status", "#type": "type", "#ttl": "ttl", "#error": "error"},
+                "ExpressionAttributeValues": wire(values),
+                "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+            }
+        }
+        try:
+            self._client.transact_write_items(
+                TransactItems=[job_update, self._workspace_active_check(message.workspace_id)]
+            )
+        except ClientError as error:
+            reasons = cancellation(error)
+            if reasons is None:
+                raise
+            return self._explain_lost_claim(
+                message, reasons, now, body=body, near_delivery_limit=near_delivery_limit, alone=alone
+            )
+        lease = Lease(message.job_id, message.workspace_id, message_tenant(message), owner, expires)
+        return ClaimResult(ClaimOutcome.CLAIMED, lease=lease)
+
+    def _explain_lost_claim(
+        self,
+        message: JobMessage,
+        reasons: list[dict[str, Any]],
+        now: int,
+        *,
+        body: str | None = None,
+        near_delivery_limit: bool = False,
+        alone: bool = True,
+    ) -> ClaimResult:
+        old = reason_item(reasons, 0)
+        if old is None:
+            workspace = reason_item(reasons, 1)
+            if workspace is not None:
+                return ClaimResult(ClaimOutcome.WORKSPACE_HALTED, workspace=workspace)
+            return ClaimResult(ClaimOutcome.CONTENDED)
+        lost = decisions.lost_claim(
+            JobRecord.from_item(old),
+            payload_hash=message.payload_hash,
+            now=now,
+            alone=alone,
+            near_delivery_limit=near_delivery_limit,
+            max_claims=self._max_claims,
+        )
+        if lost.outcome is not ClaimOutcome.EXHAUSTED:
+            return ClaimResult(lost.outcome, previous=old)
+        if self._dead_and_halt(
+            old,
+            error=lost.dead_error,
+            expect_owner=old.get("leaseOwner"),
+            expect_status=str(old.get("status")),
+            body=body,
+        ):
+            return ClaimResult(ClaimOutcome.EXHAUSTED, previous=old)
+        return ClaimResult(ClaimOutcome.CONTENDED, previous=old)
+
+    def complete(self, lease: Lease, result: Mapping[str, Any]) -> bool:
+        """SUCCEEDED, conditional on still owning the lease. False means another worker took over: nothing written."""
+        now = self._clock()
+        try:
+            self._client.update_item(
+                TableName=self._table,
+                Key=wire({"pk": job_key(lease.tenant_id, lease.job_id)}),
+                UpdateExpression=(
+                    "SET #status = :succeeded, #result = :result, updatedAt = :now, finishedAt = :now,"
+                    " history = list_append(history, :entry) REMOVE pendingWorkspace"
+                ),
+                ConditionExpression=LEASE_HELD,
+                ExpressionAttributeNames={"#status": "status", "#result": "result"},
+                ExpressionAttributeValues=wire(
+                    {
+                        ":succeeded": str(JobStatus.SUCCEEDED),
+                        ":inflight": str(JobStatus.IN_FLIGHT),
+                        ":result": dict(result),
+                        ":now": now,
+                        ":owner": lease.owner,
+                        ":entry": [{"status": str(JobStatus.SUCCEEDED), "at": now}],
+                    }
+                ),
+            )
+        except ClientError as error:
+            if condition_failed(error):
+                return False
+            raise
+        return True
+
+    def fail(self, lease: Lease, error: str, *, permanent: bool = False, body: str | None = None) -> FailOutcome:
+        """Record a failed attempt. Retryable with attempts left → FAILED (PARKED again for a job a resume's drain
+        claimed); otherwise DEAD + workspace HALTED, with `body` (the message body) stored so that the job can be
+        retried by a resume."""
+        now = self._clock()
+        if lease.resume_id is not None and not permanent:
+            parked = self._park_drained_again(lease, error, now)
+            if parked is not None:
+                return parked
+            error = f"{error} (attempts exhausted: {self._max_attempts})"
+        elif not permanent:
+            try:
+                self._client.update_item(
+                    TableName=self._table,
+                    Key=wire({"pk": job_key(lease.tenant_id, lease.job_id)}),
+                    UpdateExpression=(
+                        "SET #status = :failed, #error = :error, updatedAt = :now,"
+                        f" {COUNT_FAILURE}, history = list_append(history, :entry)"
+                    ),
+                    ConditionExpression=f"{LEASE_HELD} AND {FAILURES_LEFT}",
+                    ExpressionAttributeNames={"#status": "status", "#error": "error"},
+                    ExpressionAttributeValues=wire(
+                        {
+                            ":failed": str(JobStatus.FAILED),
+                            ":inflight": str(JobStatus.IN_FLIGHT),
+                            ":error": stored_error(error),
+                            ":now": now,
+                            ":owner": lease.owner,
+                            **self._failure_values(),
+                            ":entry": [{"status": str(JobStatus.FAILED), "at": now, "error": error[:500]}],
+                        }
+                    ),
+                    ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                )
+            except ClientError as client_error:
+                if not condition_failed(client_error):
+                    raise
+                old = JobRecord.from_item(to_item(client_error.response.get("Item", {})))  # type: ignore[arg-type]
+                if decisions.fail_lost(old, owner=lease.owner):
+                    return FailOutcome.LOST
+                error = f"{error} (failed attempt {old.failures + 1} of {self._max_attempts})"
+            else:
+                return FailOutcome.RETRY
+        old_item = {"jobId": lease.job_id, "workspaceId": lease.workspace_id, "tenantId": lease.tenant_id}
+        if self._dead_and_halt(
+            old_item, error=error, expect_owner=lease.owner, expect_status=str(JobStatus.IN_FLIGHT), body=body
+        ):
+            return FailOutcome.DEAD
+        return FailOutcome.LOST
+
+    def _workspace_active_check(self, workspace_id: str) -> TransactWriteItemTypeDef:
+        return {
+            "ConditionCheck": {
+                "TableName": self._table,
+                "Key": wire({"pk": workspace_key(workspace_id)}),
+                "ConditionExpression": "attribute_not_exists(pk) OR #state = :active",
+                "ExpressionAttributeNames": {"#state": "state"},
+                "ExpressionAttributeValues": wire({":active": str(WorkspaceState.ACTIVE)}),
+                "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+            }
+        }
