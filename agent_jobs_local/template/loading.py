@@ -69,8 +69,10 @@ def load_template(path: Path = DEFAULT_TEMPLATE_PATH) -> Template:
 
 
 def _reject_unknown_tags(text: str, path: Path) -> None:
+    # libyaml's scanner when PyYAML has it, as cfn-lint's decoder uses: several times faster on this template.
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     try:
-        tokens = list(yaml.scan(text, Loader=yaml.SafeLoader))
+        tokens = list(yaml.scan(text, Loader=loader))
     except yaml.YAMLError:
         return  # the decoder reports the syntax error with its position
     for token in tokens:
