@@ -84,40 +84,21 @@ def build_job(
     body: str,
 ) -> dict[str, Any]:
     """The job document to POST, validated with the layer's model so mistakes are named before anything is sent."""
-    from agent_jobs.models import JobType, job_request_adapter
+    from agent_jobs.models import job_request_adapter
 
     if file is not None:
         if job_type or workspace:
             raise CliError("give either --file or TYPE WORKSPACE, not both")
-        try:
-            document = json.loads(file.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as error:
-            raise CliError(f"cannot read the job file {file}: {error}") from None
-        if not isinstance(document, dict):
-            raise CliError(f'{file} holds no JSON object; write {{"workspaceId", "type", "payload"}}')
+        document = _job_file(file)
         if job_id:
             document["jobId"] = job_id
     else:
-        types = ", ".join(t.value for t in JobType)
         if not job_type or not workspace:
-            raise CliError(f"name the job: agent-jobs enqueue TYPE WORKSPACE (TYPE is one of {types}), or --file")
+            raise CliError(
+                f"name the job: agent-jobs enqueue TYPE WORKSPACE (TYPE is one of {_job_types()}), or --file"
+            )
         job_type = job_type.replace("-", "_")
-        if job_type == JobType.APPLY_PATCH:
-            if patch_file is None or not message:
-                raise CliError("apply_patch needs --patch-file FILE and --message TEXT")
-            try:
-                patch = patch_file.read_text(encoding="utf-8")
-            except OSError as error:
-                raise CliError(f"cannot read the patch {patch_file}: {error}") from None
-            payload: dict[str, Any] = {"patch": patch, "commitMessage": message}
-        elif job_type == JobType.RUN_TESTS:
-            payload = {"suite": suite}
-        elif job_type == JobType.OPEN_PR:
-            if not title:
-                raise CliError("open_pr needs --title TEXT")
-            payload = {"title": title, "body": body}
-        else:
-            raise CliError(f"unknown job type {job_type!r}; use one of {types}")
+        payload = _payload(job_type, patch_file=patch_file, message=message, suite=suite, title=title, body=body)
         document = {"jobId": job_id, "workspaceId": workspace, "type": job_type, "payload": payload}
     if not document.get("jobId"):
         document["jobId"] = f"job-{uuid.uuid4().hex}"
@@ -130,6 +111,45 @@ def build_job(
         )
         raise CliError(f"the job is invalid; fix these and try again:{problems}") from None
     return document
+
+
+def _job_types() -> str:
+    from agent_jobs.models import JobType
+
+    return ", ".join(t.value for t in JobType)
+
+
+def _job_file(file: Path) -> dict[str, Any]:
+    try:
+        document = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise CliError(f"cannot read the job file {file}: {error}") from None
+    if not isinstance(document, dict):
+        raise CliError(f'{file} holds no JSON object; write {{"workspaceId", "type", "payload"}}')
+    return document
+
+
+def _payload(
+    job_type: str, *, patch_file: Path | None, message: str | None, suite: str, title: str | None, body: str
+) -> dict[str, Any]:
+    """The payload of a job of `job_type` from the command's options."""
+    from agent_jobs.models import JobType
+
+    if job_type == JobType.APPLY_PATCH:
+        if patch_file is None or not message:
+            raise CliError("apply_patch needs --patch-file FILE and --message TEXT")
+        try:
+            patch = patch_file.read_text(encoding="utf-8")
+        except OSError as error:
+            raise CliError(f"cannot read the patch {patch_file}: {error}") from None
+        return {"patch": patch, "commitMessage": message}
+    if job_type == JobType.RUN_TESTS:
+        return {"suite": suite}
+    if job_type == JobType.OPEN_PR:
+        if not title:
+            raise CliError("open_pr needs --title TEXT")
+        return {"title": title, "body": body}
+    raise CliError(f"unknown job type {job_type!r}; use one of {_job_types()}")
 
 
 @handle_errors

@@ -155,15 +155,6 @@ class IntrinsicResolver:
                 return self._resource_value(resource, str(self._resolve(attribute, refs)), refs)
             case "Fn::Sub":
                 return self._sub(argument, refs)
-            case "Fn::Join":
-                delimiter, items = argument
-                return str(delimiter).join(parameter_string(item) for item in self._resolve(items, refs))
-            case "Fn::Select":
-                index, items = argument
-                return self._resolve(items, refs)[as_int(self._resolve(index, refs), "Fn::Select index")]
-            case "Fn::Split":
-                delimiter, text = argument
-                return str(self._resolve(text, refs)).split(delimiter)
             case "Fn::If":
                 condition, when_true, when_false = argument
                 return self._resolve(when_true if self.condition(condition) else when_false, refs)
@@ -175,6 +166,21 @@ class IntrinsicResolver:
                     return self._resolve(self.template["Mappings"][mapping][top][second], refs)
                 except KeyError:
                     raise TemplateError(f"Fn::FindInMap {mapping}/{top}/{second} is not in Mappings") from None
+            case _:
+                return self._value_function(name, argument, refs)
+
+    def _value_function(self, name: str, argument: Any, refs: References) -> Any:
+        """The functions that only reshape resolved values: strings and lists."""
+        match name:
+            case "Fn::Join":
+                delimiter, items = argument
+                return str(delimiter).join(parameter_string(item) for item in self._resolve(items, refs))
+            case "Fn::Select":
+                index, items = argument
+                return self._resolve(items, refs)[as_int(self._resolve(index, refs), "Fn::Select index")]
+            case "Fn::Split":
+                delimiter, text = argument
+                return str(self._resolve(text, refs)).split(delimiter)
             case "Fn::GetAZs":
                 return [f"{self.region}{zone}" for zone in "abc"]
             case "Fn::Base64":
