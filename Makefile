@@ -14,7 +14,8 @@ CHECKOV_STAMP := $(CHECKOV_VENV)/.installed
 export SAM_CLI_TELEMETRY := 0
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: help venv sandbox-tools node-tools lint template-lint security-lint test test-fast schema build build-local demo local chaos bench deploy clean
+.PHONY: help venv hooks sandbox-tools node-tools format lint template-lint security-lint test test-fast unit coverage schema build \
+	build-local demo local chaos bench deploy clean
 
 help: ## list the verbs
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -27,6 +28,10 @@ $(STAMP): requirements-dev.txt layers/shared/requirements.txt
 	touch $(STAMP)
 
 venv: $(STAMP) ## create .venv with the pinned development requirements
+
+# .pre-commit-config.yaml's hooks are `repo: local` and run .venv's own ruff and cfn-lint: nothing is fetched.
+hooks: $(STAMP) ## install the git pre-commit hook (ruff, ruff format, cfn-lint on template.yaml)
+	$(BIN)/pre-commit install
 
 # The local runtime runs every test command in a bubblewrap sandbox and never without one: install it when missing
 # (as root, with apt-get; refreshing the package lists only when the first try fails), else say the command to run.
@@ -49,6 +54,10 @@ node-tools: ## make sure node and npm are installed (the Node.js producer exampl
 	fi; \
 	command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || { echo "node and npm are missing: install" \
 		"Node.js 18+ with npm (e.g. \`sudo apt-get install nodejs npm\`)" >&2; exit 1; }
+
+format: $(STAMP) ## fix what ruff can (ruff check --fix), then format (ruff format)
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
 
 lint: $(STAMP) ## ruff (lint + format check) and mypy
 	$(BIN)/ruff check .
@@ -78,6 +87,18 @@ test: sandbox-tools node-tools lint template-lint security-lint ## everything CI
 test-fast: sandbox-tools node-tools $(STAMP) ## the tests without the sam build ones
 	$(BIN)/python -m pytest -m "not build"
 
+# The tests that need no AWS emulator, network or sandbox: tests/unit without the ones tests/conftest.py marks `aws`.
+UNIT_TESTS := tests/unit -m "not aws"
+
+unit: $(STAMP) ## the fast tests (seconds): tests/unit without moto, network or sandbox
+	$(BIN)/python -m pytest $(UNIT_TESTS) -q
+
+# COVERAGE_TESTS picks the tests (default: the unit ones); `make coverage COVERAGE_TESTS=tests` measures the whole suite.
+COVERAGE_TESTS ?= $(UNIT_TESTS)
+
+coverage: $(STAMP) ## coverage report of COVERAGE_TESTS (default: the unit tests) in the terminal and htmlcov/
+	$(BIN)/python -m pytest $(COVERAGE_TESTS) -q --cov --cov-report=term --cov-report=html
+
 schema: $(STAMP) ## rewrite schemas/job-message.v1.schema.json from the job model (a test checks it is current)
 	PYTHONPATH=layers/shared $(BIN)/python -m agent_jobs.wire > schemas/job-message.v1.schema.json
 
@@ -104,4 +125,4 @@ deploy: build ## sam deploy with samconfig.toml defaults
 	$(BIN)/sam deploy
 
 clean: ## remove build output and caches
-	rm -rf .aws-sam .pytest_cache .mypy_cache .ruff_cache
+	rm -rf .aws-sam .pytest_cache .mypy_cache .ruff_cache .coverage htmlcov

@@ -155,6 +155,15 @@ def server_stack(moto_server: str, monkeypatch: pytest.MonkeyPatch) -> Stack:
     return _make_stack("moto-server", boto3.Session(region_name=REGION))
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that uses moto is marked `aws`, so `make unit` can leave it out: every `*stack` fixture builds the
+    template's resources in moto (in this process or in its server), and `moto_server` is the server itself."""
+    for item in items:
+        names = getattr(item, "fixturenames", ())
+        if any(name == "moto_server" or name.endswith("stack") for name in names):
+            item.add_marker(pytest.mark.aws)
+
+
 @pytest.fixture(params=["in-process", "moto-server"])
 def any_stack(request: pytest.FixtureRequest) -> Stack:
     """Runs a test against both: moto in-process and moto's server over HTTP."""

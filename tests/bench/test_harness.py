@@ -6,8 +6,9 @@ import importlib
 import importlib.util
 from pathlib import Path
 
-from agent_jobs_bench.__main__ import BENCHMARKS, Runner, main
+from agent_jobs_bench.__main__ import main
 from agent_jobs_bench.figures import Comparison, Figure, Goal
+from agent_jobs_bench.harness import BENCHMARKS, Runner
 
 
 def _sections(report: str) -> dict[str, str]:

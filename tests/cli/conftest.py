@@ -17,7 +17,8 @@ from typer.testing import CliRunner
 
 from agent_jobs.guard import to_item
 from agent_jobs.keys import job_key
-from agent_jobs_cli.main import OPERATOR_SCOPE, app
+from agent_jobs_cli.context import OPERATOR_SCOPE
+from agent_jobs_cli.main import app
 from agent_jobs_local.auth import mint_token
 from agent_jobs_local.runtime import LocalRuntime
 from agent_jobs_local.workload import DEFAULT_TENANT, create_remote, register_workspaces, remote_path

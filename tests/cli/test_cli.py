@@ -10,7 +10,9 @@ import boto3
 
 from agent_jobs.guard import JobGuard, ResumeOutcome
 from agent_jobs.models import ResumeDecision
-from agent_jobs_cli.main import OPERATOR_SCOPE, build_job, is_idle
+from agent_jobs_cli.commands.jobs import build_job
+from agent_jobs_cli.commands.workspaces import is_idle
+from agent_jobs_cli.context import OPERATOR_SCOPE
 from tests.cli.conftest import BAD_PATCH, TENANT, CliHarness, agent_token, job_item
 
 

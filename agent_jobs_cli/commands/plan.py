@@ -1,0 +1,96 @@
+"""`plan`: capacity and cost of a workload, from template.yaml's settings (no AWS calls)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from agent_jobs_cli.context import CliError, JsonOption, handle_errors, out, print_json
+
+
+@handle_errors
+def plan(
+    workspaces: Annotated[int, typer.Option("--workspaces", help="Workspaces (message groups) with jobs.")],
+    rate: Annotated[float, typer.Option("--rate", help="Jobs per second, all workspaces together.")],
+    job_seconds: Annotated[float, typer.Option("--job-seconds", help="Mean duration of one job, in seconds.")],
+    job_p99_seconds: Annotated[
+        float | None, typer.Option("--job-p99-seconds", help="p99 job duration (default: every job takes the mean).")
+    ] = None,
+    memory_mb: Annotated[
+        int | None, typer.Option("--memory-mb", help="Worker memory (default: template.yaml's).")
+    ] = None,
+    batch_size: Annotated[
+        int | None, typer.Option("--batch-size", help="WorkerBatchSize (default: template.yaml's).")
+    ] = None,
+    max_concurrency: Annotated[
+        int | None, typer.Option("--max-concurrency", help="WorkerMaximumConcurrency (default: template.yaml's).")
+    ] = None,
+    large_payload_share: Annotated[
+        float, typer.Option("--large-payload-share", help="Share of jobs whose payload goes to S3, 0 to 1.")
+    ] = 0.0,
+    as_json: JsonOption = False,
+) -> None:
+    """Estimate Lambda concurrency, queueing delay per workspace and the cost per million jobs (no AWS calls)."""
+    from agent_jobs_cli.plan import PRICES, Deployment, PlanInput, estimate
+
+    deployment = Deployment.from_template(
+        memory_mb=memory_mb, batch_size=batch_size, maximum_concurrency=max_concurrency
+    )
+    inputs = PlanInput(
+        workspaces=workspaces,
+        rate=rate,
+        job_seconds=job_seconds,
+        job_p99_seconds=job_p99_seconds,
+        large_payload_share=large_payload_share,
+        deployment=deployment,
+    )
+    problems = inputs.problems()
+    if problems:
+        raise CliError("; ".join(problems))
+    result = estimate(inputs)
+    if as_json:
+        print_json(result.as_dict())
+        return
+    console = out()
+
+    def seconds(value: float) -> str:
+        return "unbounded (saturated)" if value == float("inf") else f"{value:.2f} s"
+
+    summary = Table("estimate", "value", title="capacity", show_header=False)
+    summary.add_row("jobs per second per workspace", f"{result.rate_per_workspace:.4g}")
+    summary.add_row("utilisation of each workspace", f"{result.utilisation:.1%}")
+    summary.add_row("mean Lambda concurrency needed (Little's law)", f"{result.mean_concurrency_demand:.2f}")
+    summary.add_row(
+        "concurrency to provision (p99 busy workspaces)",
+        f"{result.lambda_concurrency_needed} (runs at most min(workspaces, MaximumConcurrency) = "
+        f"{result.concurrency_cap})",
+    )
+    summary.add_row(f"mean wait per workspace ({result.queue_model})", seconds(result.mean_wait_seconds))
+    summary.add_row("extra wait for a free invocation", seconds(result.concurrency_wait_seconds))
+    summary.add_row("records per invocation", f"{result.records_per_invocation:.2f}")
+    console.print(summary)
+    costs = Table("service", "item", "units per job", "USD per million jobs", title="cost per million jobs")
+    for line in result.cost_lines:
+        costs.add_row(line.service, line.item, f"{line.units_per_job:.4g}", f"{line.usd_per_million_jobs:.2f}")
+    costs.add_row("total", "", "", f"{result.usd_per_million_jobs:.2f}", style="bold")
+    console.print(costs)
+    console.print(
+        f"At {rate:g} jobs/s: {result.monthly_jobs:,.0f} jobs a month, about ${result.monthly_usd:,.2f} a month "
+        f"(of which ${result.fixed_monthly_usd:.2f} is idle polling)."
+    )
+    for warning in result.warnings:
+        console.print(f"[bold red]warning:[/] {warning}")
+    console.print("Assumptions:")
+    for assumption in result.assumptions:
+        console.print(f"  - {assumption}")
+    # One line per price: the source URLs must stay whole to be usable.
+    console.print("us-east-1 list prices:")
+    for price in PRICES.values():
+        console.print(
+            f"  - {price.service}, {price.item}: ${price.usd * 1_000_000:.6g} per million ({price.unit}); "
+            f"{price.source} "
+            f"(page dated {price.page_date or 'nowhere on the page'}, read on {price.read_on})",
+            soft_wrap=True,
+        )
