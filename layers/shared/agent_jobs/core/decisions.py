@@ -28,14 +28,9 @@ def lost_claim(
     job: JobRecord, *, payload_hash: str, now: int, alone: bool, near_delivery_limit: bool, max_claims: int
 ) -> LostClaim:
     """A claim's condition on the job failed: what the job's record says about it."""
-    if job.payload_hash not in (None, payload_hash):
-        return LostClaim(ClaimOutcome.CONFLICT)
-    if job.status in DONE:
-        return LostClaim(ClaimOutcome.DUPLICATE)
-    if job.status in HELD:
-        return LostClaim(ClaimOutcome.SETTLED)
-    if job.lease_live(now):
-        return LostClaim(ClaimOutcome.BUSY)
+    taken = _taken(job, payload_hash=payload_hash, now=now)
+    if taken is not None:
+        return LostClaim(taken)
     lost = job.status is JobStatus.IN_FLIGHT  # its worker never came back
     if lost and not alone:
         return LostClaim(ClaimOutcome.SUSPECT)
@@ -52,6 +47,19 @@ def lost_claim(
     else:
         error = f"claims exhausted ({job.attempt} of {max_claims}) without a recorded outcome"
     return LostClaim(ClaimOutcome.EXHAUSTED, error)
+
+
+def _taken(job: JobRecord, *, payload_hash: str, now: int) -> ClaimOutcome | None:
+    """The claim lost to the job's own state: another payload, done, held by the halt machinery, or a live lease."""
+    if job.payload_hash not in (None, payload_hash):
+        return ClaimOutcome.CONFLICT
+    if job.status in DONE:
+        return ClaimOutcome.DUPLICATE
+    if job.status in HELD:
+        return ClaimOutcome.SETTLED
+    if job.lease_live(now):
+        return ClaimOutcome.BUSY
+    return None
 
 
 def lost_drain_claim(job: JobRecord, *, now: int, reclaim: bool) -> ClaimOutcome:

@@ -119,22 +119,7 @@ class AcceptanceStore(StoreBase):
                 reasons = cancellation(error)
                 if reasons is None or not any(reason_failed(reason) for reason in reasons):
                     raise  # a transaction conflict or throttling: the caller answers 503 and the client retries
-                refused = {
-                    ws: refusal
-                    for (ws, tenant), reason in zip(workspaces.items(), reasons[len(remaining) :], strict=False)
-                    if (refusal := _workspace_refusal(reason, tenant)) is not None
-                }
-                still_new = []
-                for index, reason in zip(remaining, reasons, strict=False):
-                    message = messages[index]
-                    if reason_failed(reason):
-                        old = to_item(reason.get("Item", {}))
-                        results[index] = self._known_job(message, old, refused.get(message.workspace_id))
-                    elif message.workspace_id in refused:
-                        results[index] = AcceptResult(refused[message.workspace_id])
-                    else:
-                        still_new.append(index)
-                remaining = still_new
+                remaining = self._settle_cancelled(messages, remaining, workspaces, reasons, results)
                 continue
             for index in remaining:
                 results[index] = AcceptResult(AcceptOutcome.NEW, items[index])
@@ -142,6 +127,33 @@ class AcceptanceStore(StoreBase):
         if remaining:  # cannot happen: every cancelled round settles a job
             raise RuntimeError("jobs left unrecorded after a round per job")
         return [results[index] for index in range(len(messages))]
+
+    def _settle_cancelled(
+        self,
+        messages: Sequence[JobMessage],
+        remaining: list[int],
+        workspaces: dict[str, str],
+        reasons: list[dict[str, Any]],
+        results: dict[int, AcceptResult],
+    ) -> list[int]:
+        """Settle the jobs of a cancelled batch round from its reasons (into `results`); the jobs that were only
+        cancelled along are returned, to be written again."""
+        refused = {
+            ws: refusal
+            for (ws, tenant), reason in zip(workspaces.items(), reasons[len(remaining) :], strict=False)
+            if (refusal := _workspace_refusal(reason, tenant)) is not None
+        }
+        still_new = []
+        for index, reason in zip(remaining, reasons, strict=False):
+            message = messages[index]
+            if reason_failed(reason):
+                old = to_item(reason.get("Item", {}))
+                results[index] = self._known_job(message, old, refused.get(message.workspace_id))
+            elif message.workspace_id in refused:
+                results[index] = AcceptResult(refused[message.workspace_id])
+            else:
+                still_new.append(index)
+        return still_new
 
     def record_sent_batch(self, sent: Sequence[tuple[str, str, str, str | None]]) -> None:
         """`record_sent` for several jobs, (tenantId, jobId, messageId, sequenceNumber) each: one transaction of the
