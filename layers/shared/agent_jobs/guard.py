@@ -1449,7 +1449,7 @@ class JobGuard:
             ":jid": job_id,
             ":now": now,
         }
-        # No drained job may pass a halting job that is still undecided (I3), whatever the state says.
+        # No drained job may pass a halting job that is still undecided (halt on failure), whatever the state says.
         if reclaim:
             ws_condition = (
                 "#state = :resuming AND resumeId = :rid AND drainingJobId = :jid"
@@ -1818,7 +1818,7 @@ class JobGuard:
     ) -> TransactWriteItemTypeDef:
         # The first halt wins: a workspace already halted keeps the job and reason that halted it first. Every halting
         # job joins `undecidedJobIds` in the same write, so a job that halts an already halted workspace is not lost:
-        # a resume decides one of them at a time and drains nothing while any is left (I3).
+        # a resume decides one of them at a time and drains nothing while any is left (halt on failure).
         values: dict[str, Any] = {
             ":halted": str(WorkspaceState.HALTED),
             ":wid": workspace_id,
