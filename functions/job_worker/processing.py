@@ -693,7 +693,7 @@ class BatchWorker:
                     continue
                 if job is not None and job.get("status") in (JobStatus.DEAD, JobStatus.REJECTED):
                     # It ended DEAD while another halt was on record (first halt wins), and this resume decided that
-                    # other job: it is undecided, and nothing behind it may run (I3). Halt by it for the operator.
+                    # other job: it is undecided, and nothing behind it may run (halt on failure). Halt by it.
                     guard.halt_workspace(
                         workspace_id,
                         tenant_id=job.get("tenantId"),

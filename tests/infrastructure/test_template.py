@@ -37,6 +37,7 @@ from agent_jobs_local.template_checks import (
     check_worker_event_source,
     template_violations,
 )
+from tests.documentation import doc_section
 
 REPO = DEFAULT_TEMPLATE_PATH.parent
 BIN = Path(sys.executable).parent
@@ -357,17 +358,13 @@ def test_alarms_watch_dead_letter_depth_and_oldest_message_age(model: TemplateMo
     assert model.parameters["OldestMessageAgeAlarmSeconds"] == "900"
 
 
-def _readme_section(title: str) -> str:
-    return (REPO / "README.md").read_text().split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
-
-
-def test_readme_configuration_names_every_template_parameter(template: Template) -> None:
-    section = _readme_section("Configuration")
+def test_docs_configuration_names_every_template_parameter(template: Template) -> None:
+    section = doc_section("docs/configuration.md", "Template parameters")
     assert [name for name in template["Parameters"] if f"`{name}`" not in section] == []
 
 
-def test_readme_says_how_to_raise_each_quota(template: Template) -> None:
-    quotas = (REPO / "README.md").read_text().split("\n### Quotas\n", 1)[1].split("\n## ", 1)[0]
+def test_docs_say_how_to_raise_each_quota(template: Template) -> None:
+    quotas = doc_section("docs/operations.md", "Quotas")
     assert "--parameter-overrides" in quotas
     for parameter in ("MaxWorkspacesPerTenant", "MaxJobsPerSecondPerTenant", "MaxQueuedJobsPerWorkspace"):
         assert parameter in template["Parameters"]

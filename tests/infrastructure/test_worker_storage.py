@@ -30,5 +30,5 @@ def test_worker_cache_budget_leaves_a_job_room_at_every_storage_size(template: d
         # one job's room: a fetch landing (twice its bytes while it is indexed) and a checkout, with the defaults
         assert (settings.max_fetch_bytes, settings.max_checkout_bytes) == (100 * mib, 100 * mib)
         budgets[size] = settings.cache_budget_bytes // mib
-    # what the template's storage leaves for warm caches beside that room and 64 MiB (the README's figures)
+    # what the template's storage leaves for warm caches beside that room and 64 MiB (docs/configuration.md's figures)
     assert budgets == {512: 148, 1024: 660, 10240: 9876}

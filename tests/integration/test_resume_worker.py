@@ -399,7 +399,7 @@ def test_drain_never_passes_a_drained_job_left_dead_under_another_halt(stack, wo
     assert resume(stack, "r0", SKIP).outcome == "DECIDED"
     run_until_empty(stack, worker, lambda_context)
 
-    # Then nothing behind d1 took effect while d1 is DEAD (I3): the workspace is halted by d1 for a decision
+    # Then nothing behind d1 took effect while d1 is DEAD (halt on failure): d1 halts the workspace for a decision
     assert workspaces.commits("ws-a") == []
     workspace = stack.workspace("ws-a")
     assert (workspace["state"], workspace["haltingJobId"]) == (WorkspaceState.HALTED, "d1")

@@ -1,5 +1,5 @@
-"""The worker against moto (in-process and moto's server over HTTP), each pitfall of the naive pattern shown twice:
-the product keeps the invariant, and the naive pattern (tests/naive) breaks it in the same scenario."""
+"""The worker against moto (in-process and moto's server over HTTP), each failure mode of the naive pattern shown
+twice: the product keeps the guarantee, and the naive pattern (tests/naive) breaks it in the same scenario."""
 
 from __future__ import annotations
 

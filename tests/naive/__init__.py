@@ -1,1 +1,2 @@
-"""The naive patterns Agent Jobs replaces, kept only so tests can show that each pitfall breaks them."""
+"""The naive patterns Agent Jobs replaces, kept only so tests can show their failure modes
+(docs/architecture.md lists them)."""

@@ -1,4 +1,4 @@
-"""The naive producer that Agent Jobs replaces, kept only so tests can show the pitfall it falls into.
+"""The naive producer that Agent Jobs replaces, kept only so tests can show its failure mode.
 
 A plain SendMessage with a MessageDeduplicationId derived from the jobId and no record of what was accepted: SQS
 silently drops a resend of the same jobId inside its 5-minute deduplication window, even with another payload, and

@@ -1,4 +1,4 @@
-"""The naive worker pattern that Agent Jobs replaces, kept only so tests can show each pitfall breaks it.
+"""The naive worker pattern that Agent Jobs replaces, kept only so tests can show each of its failure modes.
 
 GetItem, then PutItem IN_FLIGHT with `attribute_not_exists(pk) OR status <> SUCCEEDED`, run the job, PutItem
 SUCCEEDED; a plain loop over the batch that reports a failed record and carries on with the next one.

@@ -1,5 +1,5 @@
 """Producers that send straight to the jobs queue, against the local runtime (moto's server, the API over HTTP, worker
-processes fed by the event-source poller, registered git remotes): the README's Node.js example with
+processes fed by the event-source poller, registered git remotes): the documented Node.js example with
 `@aws-sdk/client-sqs` from the npm registry (installed here, never committed), its boto3 and layer examples, and
 raw `send_message` calls of every kind the wire format documents. Each message ends as the documentation says, on
 its first delivery; a halted workspace parks the direct producers' later jobs and a resume drains them in order."""
@@ -24,6 +24,7 @@ from agent_jobs_local.demo import remote_branches
 from agent_jobs_local.runtime import LocalRuntime
 from agent_jobs_local.workload import create_remote, register_workspaces, remote_path
 from tests.conftest import make_job
+from tests.documentation import doc_text
 from tests.system.test_resume import TENANT, call, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -163,7 +164,7 @@ def run_producer(command: list[str], jobs: list[dict[str, Any]], folder: Path, e
 def test_node_producer_jobs_are_applied_once_in_order_with_status_and_history(
     direct: Direct, node_producer: Path
 ) -> None:
-    # Given five jobs of a registered workspace, sent by the README's Node.js example, each sent twice in a row
+    # Given five jobs of a registered workspace, sent by the documented Node.js example, each sent twice in a row
     job_ids = [f"n-{n:02d}" for n in range(1, 6)]
     jobs = [job_document(job_id, "ws-node") for job_id in job_ids]
     node = [shutil.which("node") or "node", "produce.mjs"]
@@ -198,11 +199,11 @@ def test_node_producer_jobs_are_applied_once_in_order_with_status_and_history(
     assert direct.depth(direct.dlq_url) == 0
 
 
-def test_the_readme_shows_the_examples_as_they_are_tested() -> None:
-    readme = (ROOT / "README.md").read_text()
+def test_the_docs_show_the_examples_as_they_are_tested() -> None:
+    page = doc_text("docs/producers.md")
     for example in ("node/produce.mjs", "python/produce_boto3.py", "python/produce_with_layer.py"):
         code = (EXAMPLES / example).read_text()
-        assert code in readme, f"README.md does not show examples/{example} as it is"
+        assert code in page, f"docs/producers.md does not show examples/{example} as it is"
 
 
 # ---- 2. the Python producers, and every kind of message the wire format documents ---------------------------------

@@ -135,7 +135,7 @@ class DrainStore(HaltStore):
             ":jid": job_id,
             ":now": now,
         }
-        # No drained job may pass a halting job that is still undecided (I3), whatever the state says.
+        # No drained job may pass a halting job that is still undecided (halt on failure), whatever the state says.
         if reclaim:
             ws_condition = (
                 "#state = :resuming AND resumeId = :rid AND drainingJobId = :jid"

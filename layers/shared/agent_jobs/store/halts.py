@@ -157,7 +157,7 @@ class HaltStore(QueryStore):
     ) -> TransactWriteItemTypeDef:
         # The first halt wins: a workspace already halted keeps the job and reason that halted it first. Every halting
         # job joins `undecidedJobIds` in the same write, so a job that halts an already halted workspace is not lost:
-        # a resume decides one of them at a time and drains nothing while any is left (I3).
+        # a resume decides one of them at a time and drains nothing while any is left (halt on failure).
         values: dict[str, Any] = {
             ":halted": str(WorkspaceState.HALTED),
             ":wid": workspace_id,
