@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from agent_jobs.core import diagram
+from agent_jobs.core.transitions import JOB_TRANSITIONS, WORKSPACE_TRANSITIONS
 from agent_jobs.settings import Settings
 from tests.documentation import REPO, doc_pages, doc_section, doc_text
 
@@ -82,10 +84,12 @@ def test_docs_name_every_setting_the_functions_read() -> None:
     assert missing == []
 
 
-def test_docs_keep_the_state_diagram_markers_for_the_generator() -> None:
+def test_the_state_diagram_is_the_transition_tables() -> None:
     architecture = doc_text("docs/architecture.md")
-    start, end = architecture.index("<!-- state-diagram:start -->"), architecture.index("<!-- state-diagram:end -->")
-    assert start < end
+    assert architecture.index(diagram.START) < architecture.index(diagram.END)
+    assert architecture == diagram.replaced(architecture), "run `make docs`: the transition table changed"
+    for row in (*JOB_TRANSITIONS, *WORKSPACE_TRANSITIONS):
+        assert f"| {row.action} | {row.source or '(none)'} | {row.target} |" in architecture
 
 
 def test_readme_opens_with_the_two_commands() -> None:
