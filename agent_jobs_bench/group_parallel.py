@@ -191,7 +191,7 @@ def _bench(io_seconds: float) -> Iterator[_Bench]:
     _worker_imports()
     from aws_lambda_powertools import Logger, Metrics, Tracer
 
-    from agent_jobs.models import WorkspaceRegistration
+    from agent_jobs.registration import WorkspaceRegistration
     from agent_jobs.services import build_services
     from agent_jobs.settings import Settings
     from agent_jobs.workspaces import WorkspaceRegistry

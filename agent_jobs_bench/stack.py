@@ -45,7 +45,7 @@ class BenchStack:
     def register_workspaces(self, workspace_ids: Iterable[str], tenant_id: str) -> None:
         """Register each workspace for `tenant_id` (the API accepts jobs only for its tenant's registrations), with
         the stack's own client, so a benchmark's counted clients never see these calls. The remote is never used."""
-        from agent_jobs.models import WorkspaceRegistration
+        from agent_jobs.registration import WorkspaceRegistration
         from agent_jobs.workspaces import WorkspaceRegistry
 
         registry = WorkspaceRegistry(self.services.dynamodb, self.table_name)

@@ -373,7 +373,7 @@ def register_workspace(stack: Stack, workspace_id: str, tenant_id: str = "tenant
     """Register `workspace_id` for `tenant_id` (an https remote nobody calls) unless some tenant registered it or
     another tenant owns its item: jobs are accepted only for a registration of their tenant. A client of its own,
     so tests that count the stack's calls count only the job's."""
-    from agent_jobs.models import WorkspaceRegistration
+    from agent_jobs.registration import WorkspaceRegistration
     from agent_jobs.workspaces import WorkspaceOwnedElsewhereError, WorkspaceRegistry
 
     client = _registration_clients.get(stack.table_name)
@@ -458,7 +458,7 @@ def register_git_workspace(git_workspaces: GitWorkspaces) -> Callable[..., GitWo
     folder of the tenant, and registers it."""
     from dulwich.repo import Repo
 
-    from agent_jobs.models import WorkspaceRegistration
+    from agent_jobs.registration import WorkspaceRegistration
     from agent_jobs.workspaces import WorkspaceRegistry
     from tests.git.conftest import commit_files
 

@@ -82,16 +82,13 @@ from agent_jobs.models import (
     JobRequest,
     JobType,
     OpenPrJob,
-    RegisteredWorkspace,
     ResumeDecision,
     ResumeRequest,
     RunTestsJob,
     TenantId,
     WorkspaceId,
-    WorkspaceRegistration,
     WorkspaceState,
     job_request_adapter,
-    test_commands_size_error,
 )
 from agent_jobs.patch_limits import PatchLimits, patch_bytes_error, patch_hunks_error
 from agent_jobs.producer import (
@@ -104,6 +101,7 @@ from agent_jobs.producer import (
     enqueue_jobs,
 )
 from agent_jobs.quotas import JobQuotas, QuotaExceededError
+from agent_jobs.registration import RegisteredWorkspace, WorkspaceRegistration, test_commands_size_error
 from agent_jobs.resume import resume_workspace
 from agent_jobs.services import Services, build_services
 from agent_jobs.settings import Settings

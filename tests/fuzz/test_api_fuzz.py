@@ -34,7 +34,8 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from agent_jobs.guard import FailOutcome
-from agent_jobs.models import WorkspaceRegistration, job_message
+from agent_jobs.models import job_message
+from agent_jobs.registration import WorkspaceRegistration
 from agent_jobs.workspaces import WorkspaceRegistry
 from agent_jobs_local.api_server import LocalApiServer
 from agent_jobs_local.auth import mint_token

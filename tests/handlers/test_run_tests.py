@@ -27,8 +27,9 @@ from moto import mock_aws
 from pydantic import ValidationError
 
 import sandbox_app
-from agent_jobs.models import RegisteredWorkspace, RunTestsJob, WorkspaceRegistration
+from agent_jobs.models import RunTestsJob
 from agent_jobs.payloads import PayloadStore
+from agent_jobs.registration import RegisteredWorkspace, WorkspaceRegistration
 from agent_jobs.services import build_services, sandbox_client_config
 from agent_jobs.settings import Settings
 from jobs import run_tests

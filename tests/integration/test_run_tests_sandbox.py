@@ -15,7 +15,7 @@ TENANT = "tenant-sandbox"
 
 
 def register(any_stack: Stack, register_git_workspace: Any, command: list[str], files: dict[str, bytes]) -> None:
-    from agent_jobs.models import WorkspaceRegistration
+    from agent_jobs.registration import WorkspaceRegistration
     from agent_jobs.workspaces import WorkspaceRegistry
 
     git = register_git_workspace(any_stack, "ws-tests", files, tenant_id=TENANT)

@@ -16,8 +16,9 @@ import pytest
 from aws_lambda_powertools import Logger, Metrics
 from botocore.exceptions import ClientError
 
-from agent_jobs.models import MAX_TEST_COMMANDS_BYTES, JobStatus, WorkspaceRegistration, job_message
+from agent_jobs.models import JobStatus, job_message
 from agent_jobs.producer import WorkspaceUnregisteredError, enqueue_job
+from agent_jobs.registration import MAX_TEST_COMMANDS_BYTES, WorkspaceRegistration
 from agent_jobs.tenancy import TenantBounds, non_public_reason
 from agent_jobs.workspaces import WorkspaceQuotaError, WorkspaceRegistry
 from enqueue_api import app

@@ -14,7 +14,8 @@ from agent_jobs.guard import (
     FailOutcome,
     JobGuard,
 )
-from agent_jobs.models import JobStatus, WorkspaceRegistration, WorkspaceState
+from agent_jobs.models import JobStatus, WorkspaceState
+from agent_jobs.registration import WorkspaceRegistration
 from agent_jobs.workspaces import WorkspaceRegistry
 from tests.conftest import ManualClock, Stack, make_message, register_workspace
 

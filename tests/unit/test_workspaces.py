@@ -9,7 +9,8 @@ import pytest
 from pydantic import ValidationError
 
 from agent_jobs.guard import ClaimOutcome, JobGuard
-from agent_jobs.models import GITHUB_API_URL, RegisteredWorkspace, WorkspaceRegistration, WorkspaceState
+from agent_jobs.models import WorkspaceState
+from agent_jobs.registration import GITHUB_API_URL, RegisteredWorkspace, WorkspaceRegistration
 from agent_jobs.workspaces import WorkspaceOwnedElsewhereError, WorkspaceRegistry
 from tests.conftest import ManualClock, Stack, make_message
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from jobs.workspace import Workspace
 
 if TYPE_CHECKING:
-    from agent_jobs.models import RegisteredWorkspace
+    from agent_jobs.registration import RegisteredWorkspace
     from jobs.sandbox import TestSandbox
 
 

@@ -22,7 +22,7 @@ from agent_jobs.tenancy import TenantBounds
 from jobs.errors import PermanentJobError
 
 if TYPE_CHECKING:
-    from agent_jobs.models import RegisteredWorkspace
+    from agent_jobs.registration import RegisteredWorkspace
     from agent_jobs.workspaces import WorkspaceRegistry
     from jobs.git_workspace import GitRemote, GitWorkspace, GitWorkspaceStore
     from jobs.limits import GitLimits

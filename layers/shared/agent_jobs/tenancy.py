@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
 if TYPE_CHECKING:
-    from agent_jobs.models import WorkspaceRegistration
+    from agent_jobs.registration import WorkspaceRegistration
     from agent_jobs.settings import Settings
 
 RESOLVE_TIMEOUT_SECONDS = 2.0

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import ClientError
 
 from agent_jobs.keys import workspace_key
-from agent_jobs.models import RegisteredWorkspace, WorkspaceRegistration, WorkspaceState
+from agent_jobs.models import WorkspaceState
+from agent_jobs.registration import RegisteredWorkspace, WorkspaceRegistration
 from agent_jobs.store.codec import Clock, Item, cancellation, condition_failed, epoch_ms, reason_failed, to_item, wire
 
 if TYPE_CHECKING:
