@@ -8,6 +8,9 @@ A `GitWorkspace` is one branch of one remote (a local path, a `file://` URL or a
 - the remote branch moves only by compare-and-swap (`jobs.git.transport`). A stale worker gets `HeadMovedError` and
   the branch stays where it is.
 
+An apply_patch job is one call, `apply_once`: one fetch, the job's trailer looked for on what it fetched
+(exactly-once), the patch applied to that head's tree and pushed by compare-and-swap; a refused push fetches again.
+
 Heads, and the branch that does not exist yet. `head()` is the remote branch's commit. Before the first commit the
 branch does not exist: `head()` is then the base branch's commit, or `ROOT_HEAD` when the remote is empty, and a
 `commit` with that `expected_head` creates the branch on top of it, on condition that the branch still does not exist
@@ -26,16 +29,18 @@ import json
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dulwich.objects import ZERO_SHA, Blob, ObjectID, Tree
+from dulwich.objects import Blob, ObjectID, Tree
 from dulwich.refs import Ref
 from dulwich.repo import Repo
 
 from agent_jobs.models import ID_PATTERN
-from agent_jobs.patch_limits import PatchLimits, patch_bytes_error, patch_hunks_error
-from jobs.errors import PermanentJobError
+from agent_jobs.patch_limits import PatchLimits
+from jobs.errors import PermanentJobError, RetryableJobError
+from jobs.git.branch import FetchedBranch
 from jobs.git.cache import evict_caches, open_cache
 from jobs.git.commits import (
     DEFAULT_IDENTITY,
@@ -43,17 +48,16 @@ from jobs.git.commits import (
     SHA,
     TEST_RESULT_FILE,
     commit_of,
-    job_commits,
     job_id_of,
     new_commit,
     result_ref,
 )
 from jobs.git.remote import GitCredentials, GitRemote
 from jobs.git.transport import LOCAL_PUSH_TURN, RemoteTransport
-from jobs.git.trees import CHECKOUT_ENTRY_BYTES, CheckoutBudget, patched_tree, write_tree_to_folder
+from jobs.git.trees import CHECKOUT_ENTRY_BYTES, CheckoutBudget, write_tree_to_folder
 from jobs.limits import GitLimits
-from jobs.patching import PATCH_AS_A_WHOLE, REGULAR_FILE_MODE, PatchDoesNotApplyError
-from jobs.workspace import JOB_TRAILER, ROOT_HEAD, Commit, HeadMovedError
+from jobs.patching import REGULAR_FILE_MODE, ParsedPatch, parse_patch
+from jobs.workspace import JOB_TRAILER, Commit, HeadMovedError
 
 __all__ = [
     "CHECKOUT_ENTRY_BYTES",
@@ -67,6 +71,14 @@ __all__ = [
     "evict_caches",
     "job_id_of",
 ]
+
+
+@dataclass(frozen=True)
+class AppliedPatch:
+    """What `GitWorkspace.apply_once` did: `commit` is the job's commit, made now or found on the branch already."""
+
+    commit: Commit
+    already_applied: bool
 
 
 class JobAlreadyOnBranchError(HeadMovedError):
@@ -144,69 +156,77 @@ class GitWorkspace:
 
     def head(self) -> str:
         """The remote branch's commit; before the branch exists, its base's commit (ROOT_HEAD for an empty remote)."""
-        with self._cache() as repo:
-            return self._head_of(self._fetch(repo, [self._branch, self._base]))
+        with self._fetched_branch() as branch:
+            return branch.head
 
     def history(self) -> list[Commit]:
         """The job commits of the branch since it left its base, oldest first (commits without a trailer skipped)."""
-        with self._cache() as repo:
-            heads = self._fetch(repo, [self._branch, self._base])
-            return list(reversed(list(self._job_commits(repo, heads))))
+        with self._fetched_branch() as branch:
+            return list(reversed(list(branch.job_commits())))
 
     def find_commit(self, job_id: str) -> Commit | None:
         """The branch's commit whose trailer names `job_id`, walking back from the remote head to the base."""
-        with self._cache() as repo:
-            heads = self._fetch(repo, [self._branch, self._base])
-            return next((commit for commit in self._job_commits(repo, heads) if commit.job_id == job_id), None)
+        with self._fetched_branch() as branch:
+            return branch.job_commit(job_id)
 
-    def commit(self, *, job_id: str, message: str, patch: str, expected_head: str, author: str | None = None) -> Commit:
+    def commit(
+        self,
+        *,
+        job_id: str,
+        message: str,
+        patch: str,
+        expected_head: str,
+        author: str | None = None,
+        fetched: FetchedBranch | None = None,
+    ) -> Commit:
         """Apply `patch` on `expected_head` and move the remote branch there, iff it is still at `expected_head`.
 
         Raises HeadMovedError when the branch is elsewhere (before or during the push), JobAlreadyOnBranchError (a
         HeadMovedError) when the branch already has a commit of `job_id`, PatchDoesNotApplyError when the patch does
         not apply to `expected_head`'s tree. `author` is "Name <email>"; the committer is always Agent Jobs.
+        `fetched` is the branch as the caller fetched it in its own use of the cache (`apply_once`), to commit on
+        instead of fetching again.
         """
         if not re.match(ID_PATTERN, job_id):
             raise ValueError(f"not a job id: {job_id!r}")  # it goes into the trailer, which must stay one line
         if author is not None and not IDENTITY.match(author):
             raise PermanentJobError(f"author must look like 'Name <email>', got {author!r}")
-        too_large = patch_bytes_error(patch, self.patch_limits) or patch_hunks_error(patch, self.patch_limits)
-        if too_large:  # refused before the remote is touched
-            raise PatchDoesNotApplyError(PATCH_AS_A_WHOLE, None, too_large)
+        parsed = parse_patch(patch, self.patch_limits)  # refused before this commit touches the remote
         full_message = f"{message.rstrip()}\n\n{JOB_TRAILER}: {job_id}\n"
-        with self._cache() as repo:
-            heads = self._fetch(repo, [self._branch, self._base])
-            head = self._head_of(heads)
-            if head != expected_head:
-                raise HeadMovedError(self._moved(head, expected_head))
-            # The caller looked for this job's commit before it read the head: a worker that committed the same job
-            # in between is on the head it passes here. One commit per job is the workspace's promise, so check.
-            existing = next((c for c in self._job_commits(repo, heads) if c.job_id == job_id), None)
-            if existing is not None:
-                raise JobAlreadyOnBranchError(existing, self.remote.branch)
-            parent_tree = None if expected_head == ROOT_HEAD else commit_of(repo.object_store, expected_head).tree
-            tree = patched_tree(repo.object_store, parent_tree, patch, self.patch_limits)
-            git_commit = new_commit(
-                tree,
-                parents=[] if expected_head == ROOT_HEAD else [ObjectID(expected_head.encode())],
-                message=full_message,
-                author=author or DEFAULT_IDENTITY,
+        with self._fetched_branch(fetched) as branch:
+            sha = self._commit_on(
+                branch, job_id=job_id, patch=parsed, message=full_message, expected_head=expected_head, author=author
             )
-            repo.object_store.add_object(git_commit)
-            expected = ObjectID(expected_head.encode())
+        return Commit(sha=sha.decode(), parent=expected_head, job_id=job_id, message=full_message, patch=patch)
 
-            def still_expected(refs: Mapping[Ref, ObjectID]) -> bool:
-                if self._branch in refs:
-                    return refs[self._branch] == expected
-                # First commit: the branch must not exist, and is created on the base's current commit.
-                return refs.get(self._base, ZERO_SHA) == expected
+    def apply_once(
+        self, *, job_id: str, message: str, patch: str, author: str | None = None, races: int
+    ) -> AppliedPatch:
+        """Commit `patch` on the branch's head unless the branch has a commit of `job_id` already: an apply_patch job.
 
-            if not self._push(repo, self._branch, git_commit.id, still_expected):
-                raise HeadMovedError(self._moved(None, expected_head))
-            repo.refs[self._branch] = git_commit.id
-        return Commit(
-            sha=git_commit.id.decode(), parent=expected_head, job_id=job_id, message=full_message, patch=patch
-        )
+        Each round fetches the branch once, looks for the job's trailer on it (a worker that crashed after pushing, or
+        a stale worker whose lease was taken over, finds its own commit and commits nothing), then commits on the head
+        it fetched (`commit`, by compare-and-swap). A push refused because the branch moved starts the next round,
+        which fetches again; after `races` rounds the branch kept moving, a RetryableJobError.
+        """
+        for _ in range(races):
+            with self._fetched_branch() as branch:
+                existing = branch.job_commit(job_id)
+                if existing is not None:
+                    return AppliedPatch(existing, already_applied=True)
+                try:
+                    made = self.commit(
+                        job_id=job_id,
+                        message=message,
+                        patch=patch,
+                        expected_head=branch.head,
+                        author=author,
+                        fetched=branch,
+                    )
+                except HeadMovedError:
+                    continue  # someone moved the branch: look for the trailer again on the new head
+                return AppliedPatch(made, already_applied=False)
+        raise RetryableJobError(f"branch of {self.workspace_id} kept moving; will retry")
 
     def stored_test_result(self, job_id: str, head: str) -> dict[str, Any] | None:
         ref = result_ref(job_id, head)
@@ -279,14 +299,39 @@ class GitWorkspace:
         """Set the remote `ref` to `new` iff `still_expected(remote refs)`, by compare-and-swap; False when refused."""
         return self._transport.push(repo, ref, new, still_expected)
 
-    def _head_of(self, heads: Mapping[Ref, ObjectID]) -> str:
-        sha = heads.get(self._branch) or heads.get(self._base)
-        return sha.decode() if sha else ROOT_HEAD
+    @contextmanager
+    def _fetched_branch(self, fetched: FetchedBranch | None = None) -> Iterator[FetchedBranch]:
+        """A use of the cache and the branch and its base as one fetch into it finds them on the remote; or `fetched`,
+        the branch a caller fetched in a use of the cache it is within."""
+        if fetched is not None:
+            yield fetched
+            return
+        with self._cache() as repo:
+            yield FetchedBranch(repo, self._branch, self._base, self._fetch(repo, [self._branch, self._base]))
+
+    def _commit_on(
+        self,
+        branch: FetchedBranch,
+        *,
+        job_id: str,
+        patch: ParsedPatch,
+        message: str,
+        expected_head: str,
+        author: str | None,
+    ) -> ObjectID:
+        if branch.head != expected_head:
+            raise HeadMovedError(self._moved(branch.head, expected_head))
+        # The caller looked for this job's commit before it read the head: a worker that committed the same job
+        # in between is on the head it passes here. One commit per job is the workspace's promise, so check.
+        existing = branch.job_commit(job_id)
+        if existing is not None:
+            raise JobAlreadyOnBranchError(existing, self.remote.branch)
+        sha = branch.new_commit(patch, message=message, author=author)
+        if not self._push(branch.repo, self._branch, sha, branch.still_at_head()):
+            raise HeadMovedError(self._moved(None, expected_head))
+        branch.repo.refs[self._branch] = sha
+        return sha
 
     def _moved(self, head: str | None, expected_head: str) -> str:
         where = f"is at {head[:12]}" if head else "moved"
         return f"branch {self.remote.branch} of {self.workspace_id} {where}, expected {expected_head[:12]}"
-
-    def _job_commits(self, repo: Repo, heads: Mapping[Ref, ObjectID]) -> Iterator[Commit]:
-        """The branch's commits with a job trailer, newest first, down to (not into) the base branch."""
-        return job_commits(repo.object_store, heads.get(self._branch), heads.get(self._base))

@@ -14,16 +14,15 @@ from dulwich.errors import NotTreeError
 from dulwich.object_store import BaseObjectStore
 from dulwich.objects import S_ISGITLINK, Blob, ObjectID, ShaFile, SubmoduleEncountered, Tree
 
-from agent_jobs.patch_limits import PatchLimits
 from jobs.errors import PermanentJobError
 from jobs.git.object_sizes import cached_size, inflating
-from jobs.patching import REGULAR_FILE_MODE, FileChange, PatchDoesNotApplyError, apply_patch_to_files
+from jobs.patching import REGULAR_FILE_MODE, FileChange, ParsedPatch, PatchDoesNotApplyError, apply_parsed_patch
 
 # What each file, folder or link of a checkout counts against MAX_CHECKOUT_BYTES beside its content.
 CHECKOUT_ENTRY_BYTES = 512
 
 
-def patched_tree(store: BaseObjectStore, tree: ObjectID | None, patch: str, limits: PatchLimits) -> ObjectID:
+def patched_tree(store: BaseObjectStore, tree: ObjectID | None, patch: ParsedPatch) -> ObjectID:
     """Apply `patch` to `tree` (None: the empty tree) and store the new blobs and trees; returns the new root."""
 
     def entry(path: str) -> tuple[int, ObjectID] | None:
@@ -50,7 +49,7 @@ def patched_tree(store: BaseObjectStore, tree: ObjectID | None, patch: str, limi
         assert isinstance(blob, Blob)
         return blob.data
 
-    changes = apply_patch_to_files(patch, read, limits)
+    changes = apply_parsed_patch(patch, read)
     modes: dict[str, int] = {}  # modes this patch gave, for a later rename of the same file
 
     def mode_of(change: FileChange) -> int:
