@@ -11,7 +11,7 @@ import stat
 from pathlib import Path
 
 from dulwich.errors import NotTreeError
-from dulwich.object_store import BaseObjectStore
+from dulwich.object_store import BaseObjectStore, tree_lookup_path
 from dulwich.objects import S_ISGITLINK, Blob, ObjectID, ShaFile, SubmoduleEncountered, Tree
 
 from jobs.errors import PermanentJobError
@@ -29,9 +29,7 @@ def patched_tree(store: BaseObjectStore, tree: ObjectID | None, patch: ParsedPat
         if tree is None:
             return None
         try:
-            root = store[tree]
-            assert isinstance(root, Tree)
-            return root.lookup_path(store.__getitem__, path.encode())
+            return tree_lookup_path(store.__getitem__, tree, path.encode())
         except (KeyError, NotTreeError):
             return None
         except SubmoduleEncountered as error:
