@@ -19,6 +19,7 @@ WORKER_LAZY_MODULES = (
     "dulwich",
     "unidiff",
     "jobs.git_workspace",
+    "jobs.git",
     "jobs.patching",
     "jobs.github",
     "jobs.sandbox",

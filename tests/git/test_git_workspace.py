@@ -24,8 +24,9 @@ from dulwich.repo import Repo
 
 from agent_jobs.models import RunTestsJob
 from agent_jobs.patch_limits import PatchLimits
-from jobs import apply_patch, git_workspace, run_tests
+from jobs import apply_patch, run_tests
 from jobs.context import JobContext
+from jobs.git import transport
 from jobs.git_workspace import (
     DEFAULT_IDENTITY,
     GitCredentials,
@@ -373,14 +374,14 @@ def test_git_workspace_first_commit_refused_when_the_branch_appeared_or_the_base
 def test_git_workspace_a_ref_being_updated_by_another_process_counts_as_moved(
     remote: Path, make_store: StoreFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(git_workspace, "STALE_REF_LOCK_WAIT_SECONDS", 0.2)
+    monkeypatch.setattr(transport, "STALE_REF_LOCK_WAIT_SECONDS", 0.2)
     workspace = make_store().open("ws-1")
     apply_patch.run(apply_patch_job("job-1", append_line(1)), context(workspace))
     head = workspace.head()
     # Another worker is inside its push (it holds the remote's push turn) and holds the branch ref's lock, as git and
     # dulwich do while they update it.
     lock = remote / "refs" / "heads" / f"{BRANCH}.lock"
-    with (remote / git_workspace.LOCAL_PUSH_TURN).open("a") as turn:
+    with (remote / transport.LOCAL_PUSH_TURN).open("a") as turn:
         fcntl.flock(turn, fcntl.LOCK_SH)
         lock.write_bytes(b"")
         try:

@@ -53,7 +53,7 @@ CHILD = textwrap.dedent(
     started = time.monotonic()
     workspace = store.open("ws-bomb")
     if mode == "network":
-        workspace._client = StreamedRemote(Path(bomb))
+        workspace._transport.client = StreamedRemote(Path(bomb))
     try:
         job = apply_patch_job("job-1", NEW_FILE, workspace_id="ws-bomb")
         apply_patch.run(job, JobContext(workspace, lambda: 60_000))
@@ -62,7 +62,7 @@ CHILD = textwrap.dedent(
         report["bomb"] = f"{type(error).__name__}: {error}"
     report["seconds"] = round(time.monotonic() - started, 3)
     if mode == "network":
-        report["sent"] = workspace._client.sent
+        report["sent"] = workspace._transport.client.sent
     other_job = apply_patch_job("job-2", NEW_FILE, workspace_id="ws-other")
     report["other"] = apply_patch.run(other_job, JobContext(store.open("ws-other"), lambda: 60_000))
     status = Path("/proc/self/status").read_text()
@@ -128,7 +128,7 @@ def streamed_workspace(tmp_path: Path, remote: Path, pack: Path, limits: GitLimi
         limits=limits,
     ).open("ws-1")
     streamed = StreamedRemote(remote, pack)
-    workspace._client = streamed  # type: ignore[assignment]
+    workspace._transport.client = streamed  # type: ignore[assignment]
     return workspace, streamed
 
 
@@ -237,12 +237,12 @@ CONCURRENT_CHILD = textwrap.dedent(
     """
     import json, sys, threading, time
     from pathlib import Path
-    from jobs import git_workspace
+    from jobs.git import object_sizes
     from jobs.git_workspace import GitRemote, GitWorkspaceStore
 
     root, threads = Path(sys.argv[1]), int(sys.argv[2])
     if sys.argv[3] == "unserialized":
-        git_workspace.LARGE_OBJECT_BYTES = 1 << 62
+        object_sizes.LARGE_OBJECT_BYTES = 1 << 62
     store = GitWorkspaceStore(root / "caches", lambda ws: GitRemote(str(root / f"{ws}.git"), f"agent/{ws}", "main"))
     start = threading.Barrier(threads)
     errors = []

@@ -82,6 +82,30 @@ class _FileEntry:
     new_mode: int | None
 
 
+@dataclass(frozen=True)
+class ParsedPatch:
+    """A patch within its limits, parsed (`parse_patch`): what `apply_parsed_patch` applies to files."""
+
+    entries: Sequence[_FileEntry]
+    search_window_lines: int
+
+
+def parse_patch(patch: str, limits: PatchLimits | None = None) -> ParsedPatch:
+    """Check `patch` against `limits` (the defaults of PatchLimits when None) before parsing it, then parse it.
+
+    Raises PatchDoesNotApplyError when the patch is over its limits or cannot be parsed.
+    """
+    limits = limits or PatchLimits()
+    too_large = patch_bytes_error(patch, limits) or patch_hunks_error(patch, limits)
+    if too_large:
+        raise PatchDoesNotApplyError(PATCH_AS_A_WHOLE, None, too_large)
+    entries = _parse(patch)
+    too_many = hunk_count_error(len(entries), limits, "file sections")
+    if too_many:
+        raise PatchDoesNotApplyError(PATCH_AS_A_WHOLE, None, too_many)
+    return ParsedPatch(entries, limits.search_window_lines)
+
+
 def apply_patch_to_files(
     patch: str, read: Callable[[str], bytes | None], limits: PatchLimits | None = None
 ) -> list[FileChange]:
@@ -91,10 +115,11 @@ def apply_patch_to_files(
     parsed, creates a file that exists, modifies or deletes one that does not, or has a hunk whose context or removed
     lines differ from the file's content at its line and within the search window around it.
     """
-    limits = limits or PatchLimits()
-    too_large = patch_bytes_error(patch, limits) or patch_hunks_error(patch, limits)
-    if too_large:
-        raise PatchDoesNotApplyError(PATCH_AS_A_WHOLE, None, too_large)
+    return apply_parsed_patch(parse_patch(patch, limits), read)
+
+
+def apply_parsed_patch(patch: ParsedPatch, read: Callable[[str], bytes | None]) -> list[FileChange]:
+    """`apply_patch_to_files` of a patch parsed already."""
     # What earlier entries of this patch did. A file one of them removed may come back (a rename, then a new file
     # of the old name; a file that becomes a symlink), but one of them wrote is not written again: each such section
     # would copy the whole file, so a small patch of many sections of one large file could take minutes and gigabytes.
@@ -113,12 +138,8 @@ def apply_patch_to_files(
         return None
 
     changes: list[FileChange] = []
-    entries = _parse(patch)
-    too_many = hunk_count_error(len(entries), limits, "file sections")
-    if too_many:
-        raise PatchDoesNotApplyError(PATCH_AS_A_WHOLE, None, too_many)
-    for entry in entries:
-        change = _apply_entry(entry, current, limits.search_window_lines)
+    for entry in patch.entries:
+        change = _apply_entry(entry, current, patch.search_window_lines)
         if change.old_path is not None:
             overlay[change.old_path] = None
         overlay[change.path] = change.content
