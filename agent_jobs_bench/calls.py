@@ -58,7 +58,7 @@ class FailingOnceStore:
     """The worker's local folder workspace store, whose commit fails once for the jobs in `fail_once`."""
 
     def __init__(self, root: Path, fail_once: FailOnce) -> None:
-        from jobs.workspace import LocalWorkspaceStore
+        from agent_jobs_local.folder_workspaces import LocalWorkspaceStore
 
         self._inner = LocalWorkspaceStore(root)
         self._fail_once = fail_once

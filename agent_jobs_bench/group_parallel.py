@@ -54,7 +54,7 @@ class IoBoundWorkspaceStore:
     """Local workspaces whose commit first waits `io_seconds`, as a push to a git remote would."""
 
     def __init__(self, root: Path, io_seconds: float) -> None:
-        from jobs.workspace import LocalWorkspaceStore
+        from agent_jobs_local.folder_workspaces import LocalWorkspaceStore
 
         self.inner = LocalWorkspaceStore(root)
         self.io_seconds = io_seconds  # read at each commit: the benchmark changes it between batches

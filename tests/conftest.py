@@ -283,7 +283,7 @@ class HookedWorkspaceStore:
     """A LocalWorkspaceStore whose commits can be intercepted, to stall, fail or race a job at its side effect."""
 
     def __init__(self, root: Path, hooks: Hooks) -> None:
-        from jobs.workspace import LocalWorkspaceStore
+        from agent_jobs_local.folder_workspaces import LocalWorkspaceStore
 
         self.inner = LocalWorkspaceStore(root)
         self.hooks = hooks
