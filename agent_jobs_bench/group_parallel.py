@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import boto3
 
 from agent_jobs_bench.figures import Comparison, Figure, Goal
+from agent_jobs_local.unregistered_workspaces import UnregisteredWorkspaces
 
 if TYPE_CHECKING:
     from agent_jobs.services import Services
@@ -50,7 +51,7 @@ def _worker_imports() -> None:
             sys.path.insert(0, path)
 
 
-class IoBoundWorkspaceStore:
+class IoBoundWorkspaceStore(UnregisteredWorkspaces):
     """Local workspaces whose commit first waits `io_seconds`, as a push to a git remote would."""
 
     def __init__(self, root: Path, io_seconds: float) -> None:

@@ -20,10 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from agent_jobs.models import ID_PATTERN
+from agent_jobs_local.unregistered_workspaces import UnregisteredWorkspaces
 from jobs.workspace import JOB_TRAILER, ROOT_HEAD, Commit, HeadMovedError
 
 
-class LocalWorkspaceStore:
+class LocalWorkspaceStore(UnregisteredWorkspaces):
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
 

@@ -9,7 +9,10 @@ worker cannot move it. The deployed worker's workspaces are git branches of regi
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from jobs.context import JobContext
 
 ROOT_HEAD = "0" * 40
 JOB_TRAILER = "Agent-Job-Id"
@@ -49,3 +52,23 @@ class Workspace(Protocol):
 
 class WorkspaceStore(Protocol):
     def open(self, workspace_id: str) -> Workspace: ...
+
+
+class JobWorkspaceStore(WorkspaceStore, Protocol):
+    """What the worker needs of a workspace store: the workspace a job runs on, the tenant a workspace belongs to, and
+    what a job may use of the workspace's registration. The deployed store is `jobs.registered`'s; a store without
+    registrations (folder workspaces) answers that no workspace has an owner and adds nothing to a job."""
+
+    # True: a workspace and its records belong to the tenant that registered it, whatever a sender names (a record
+    # that cannot be parsed is recorded as the owner's). False: the store has no registrations, a message's tenant
+    # stands.
+    binds_tenants: bool
+
+    def owner(self, workspace_id: str) -> str | None:
+        """The tenant that registered `workspace_id`; None when nobody did (or the store has no registrations)."""
+        ...
+
+    def job_context(self, workspace_id: str, context: JobContext) -> JobContext:
+        """`context` with what a job may use of the workspace's registration (the registration, its token, the check
+        of a URL's host); raises PermanentJobError when the workspace must be registered and is not."""
+        ...

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from aws_lambda_powertools import Logger, Metrics, Tracer
 
 from agent_jobs.services import Services
-from jobs.workspace import WorkspaceStore
+from jobs.workspace import JobWorkspaceStore
 
 
 @dataclass
@@ -18,7 +18,7 @@ class WorkerCore:
     """One per process; each phase of a batch (`worker.batch.BatchWorker` and the classes below it) adds its part."""
 
     services: Services
-    workspaces: WorkspaceStore
+    workspaces: JobWorkspaceStore
     logger: Logger
     metrics: Metrics
     jitter: Callable[[float], float] = field(default=lambda bound: random.uniform(bound / 2, bound))

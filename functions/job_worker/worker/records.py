@@ -3,7 +3,6 @@ resolved, a drain marker recognised; a record that cannot be run is REJECTED (it
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
@@ -13,15 +12,12 @@ from pydantic import ValidationError
 from agent_jobs.keys import workspace_group_id, workspace_id_from_group
 from agent_jobs.models import (
     DRAIN_MESSAGE_TYPE,
-    ID_PATTERN,
     DrainMarker,
     JobMessage,
     PayloadUnavailableError,
     parse_queue_message,
 )
 from agent_jobs.payloads import resolve_payload, storable_body
-from jobs.errors import PermanentJobError
-from jobs.registered import RegisteredWorkspaceStore
 from worker.redelivery import Redelivery, RetryLaterError
 from worker.telemetry import job_id_if_any, job_type_if_any
 
@@ -59,10 +55,10 @@ class RecordParsing(Redelivery):
             # SQSMessageAttributes.get returns the raw dict; indexing gives the typed attribute
             named = attributes["tenantId"] if "tenantId" in attributes else None  # noqa: SIM401
             tenant = named.string_value if named else None
-            if isinstance(self.workspaces, RegisteredWorkspaceStore):
+            if self.workspaces.binds_tenants:
                 # The attribute is the sender's word: the record is the owner's, and it takes the message's jobId
                 # only when the sender named the owner, so that no sender can take a jobId of the owner's.
-                owner = self._owner(group_workspace)
+                owner = self.workspaces.owner(group_workspace)
                 job_id, tenant = (job_id if tenant == owner else None), owner
             rejected = self.services.guard.reject(
                 message_id=record.message_id,
@@ -115,26 +111,16 @@ class RecordParsing(Redelivery):
         self._count("JobsRejected", job_type_if_any(record))
         self._count("MessagesWithoutWorkspace")
 
-    def _owner(self, workspace_id: str) -> str | None:
-        """The tenant that registered `workspace_id` (cached per execution environment); None when nobody did, or
-        for the folder store of the worker's own tests, which has no registrations."""
-        if not isinstance(self.workspaces, RegisteredWorkspaceStore) or not re.match(ID_PATTERN, workspace_id):
-            return None
-        try:
-            return self.workspaces.registration(workspace_id).tenant_id
-        except PermanentJobError:
-            return None  # not registered
-
     def _bind_tenant(self, record: SQSRecord, message: JobMessage) -> JobMessage | None:
         """The message with its job's tenant: the workspace owner's. A message naming another tenant is REJECTED (its
         workspace halted for the owner to see; nothing applied) and None returned; one naming none takes the owner's.
 
         The registration is cached per execution environment and its owner never changes, so this costs no read on
         the happy path. A workspace nobody registered keeps the message's tenant: its job ends DEAD saying to register
-        the workspace (`_job_context`); without a tenant either, the message is REJECTED with that advice. The folder
-        store of the worker's own tests has no registrations: there the message's tenant stands.
+        the workspace (`_job_context`); without a tenant either, the message is REJECTED with that advice. A store
+        without registrations (folder workspaces) names no owner: there the message's tenant stands.
         """
-        owner = self._owner(message.workspace_id)
+        owner = self.workspaces.owner(message.workspace_id)
         if owner is not None and message.tenant_id not in (None, owner):
             reason = (
                 f"message names tenant {message.tenant_id} but workspace {message.workspace_id} belongs to another "

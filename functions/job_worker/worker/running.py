@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextvars
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from aws_lambda_powertools.metrics import MetricUnit
@@ -17,7 +16,6 @@ from agent_jobs.models import JobMessage, PayloadUnavailableError
 from jobs import run_job
 from jobs.context import JobContext
 from jobs.errors import PermanentJobError
-from jobs.registered import RegisteredWorkspaceStore
 from worker.records import RecordParsing
 from worker.redelivery import RetryLaterError, SuspectError
 
@@ -156,22 +154,14 @@ class JobRunning(RecordParsing):
     def _job_context(self, workspace_id: str, context: LambdaContext) -> JobContext:
         """The handler's view of its workspace; for a registered git workspace also its registration and token.
         (An unregistered workspace raises PermanentJobError here: the job ends DEAD with what to do.)"""
-        workspaces = self.workspaces
         job_context = JobContext(
-            workspace=workspaces.open(workspace_id),
+            workspace=self.workspaces.open(workspace_id),
             remaining_ms=context.get_remaining_time_in_millis,
             safety_margin_ms=self.services.settings.time_safety_margin_ms,
             invocation_ms=self._invocation_ms,
             test_sandbox=self._test_sandbox,
         )
-        if isinstance(workspaces, RegisteredWorkspaceStore):
-            return replace(
-                job_context,
-                registration=workspaces.registration(workspace_id),
-                token=lambda: workspaces.token(workspace_id),
-                check_host=workspaces.check_host,
-            )
-        return job_context
+        return self.workspaces.job_context(workspace_id, job_context)
 
     def _test_sandbox(self) -> TestSandbox | None:
         from jobs.sandbox import TestSandbox  # the first run_tests job loads it, not the cold start
