@@ -31,6 +31,7 @@ from agent_jobs_bench.capacity import Call, CallRecorder
 from agent_jobs_bench.figures import Comparison, Figure, Goal
 from agent_jobs_bench.naive import NaiveWorker, commit_to_folder, naive_enqueue
 from agent_jobs_bench.stack import REGION, BenchStack, emulated_stack
+from agent_jobs_local.unregistered_workspaces import UnregisteredWorkspaces
 
 BENCHMARK = "Calls and capacity per job"
 COMMAND = ".venv/bin/python -m agent_jobs_bench --only calls"
@@ -54,11 +55,11 @@ class FailOnce:
             raise SideEffectFailed(f"side effect of job {job_id} failed (injected, once)")
 
 
-class FailingOnceStore:
+class FailingOnceStore(UnregisteredWorkspaces):
     """The worker's local folder workspace store, whose commit fails once for the jobs in `fail_once`."""
 
     def __init__(self, root: Path, fail_once: FailOnce) -> None:
-        from jobs.workspace import LocalWorkspaceStore
+        from agent_jobs_local.folder_workspaces import LocalWorkspaceStore
 
         self._inner = LocalWorkspaceStore(root)
         self._fail_once = fail_once

@@ -64,7 +64,7 @@ def install(handler_module: ModuleType, config: dict[str, Any]) -> None:
     `<jobId> <epoch seconds>` appended to `config["applied_log"]` when a record's processing returns; each commit
     first waits the seconds written in `config["side_effect_file"]` (the series' simulated IO)."""
     import processing
-    from jobs.workspace import LocalWorkspace, LocalWorkspaceStore
+    from agent_jobs_local.folder_workspaces import LocalWorkspace, LocalWorkspaceStore
 
     applied_log = str(config["applied_log"])
     side_effect_file = Path(str(config["side_effect_file"]))

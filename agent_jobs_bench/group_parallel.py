@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import boto3
 
 from agent_jobs_bench.figures import Comparison, Figure, Goal
+from agent_jobs_local.unregistered_workspaces import UnregisteredWorkspaces
 
 if TYPE_CHECKING:
     from agent_jobs.services import Services
@@ -50,11 +51,11 @@ def _worker_imports() -> None:
             sys.path.insert(0, path)
 
 
-class IoBoundWorkspaceStore:
+class IoBoundWorkspaceStore(UnregisteredWorkspaces):
     """Local workspaces whose commit first waits `io_seconds`, as a push to a git remote would."""
 
     def __init__(self, root: Path, io_seconds: float) -> None:
-        from jobs.workspace import LocalWorkspaceStore
+        from agent_jobs_local.folder_workspaces import LocalWorkspaceStore
 
         self.inner = LocalWorkspaceStore(root)
         self.io_seconds = io_seconds  # read at each commit: the benchmark changes it between batches

@@ -123,7 +123,7 @@ class NaiveWorker:
 def commit_to_folder(root: Path) -> SideEffect:
     """The same side effect as Agent Jobs' apply_patch on a local folder workspace: commit the job's patch onto the
     workspace's branch (the folder store the worker's tests use). The naive pattern looks for nothing first."""
-    from jobs.workspace import LocalWorkspaceStore
+    from agent_jobs_local.folder_workspaces import LocalWorkspaceStore
 
     store = LocalWorkspaceStore(root)
 

@@ -82,8 +82,8 @@ def install(handler_module: ModuleType, config: dict[str, Any]) -> None:
     """Wrap JobGuard.claim/complete, LocalWorkspace.commit and GitWorkspace.commit in this worker process according
     to `config`: {"plan": {jobId: fault}, "marker_dir": str, "slow_seconds": float, "log_dir": str | None}."""
     from agent_jobs.guard import ClaimOutcome, JobGuard
+    from agent_jobs_local.folder_workspaces import LocalWorkspace
     from jobs.git_workspace import GitWorkspace
-    from jobs.workspace import LocalWorkspace
 
     plan = {job_id: Fault(kind) for job_id, kind in config.get("plan", {}).items()}
     marker_dir = Path(config["marker_dir"])

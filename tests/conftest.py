@@ -26,6 +26,7 @@ from agent_jobs.settings import Settings
 from agent_jobs_local.emulator import Emulator, patch_atomic_table_operations, patch_fifo_sequence_numbers
 from agent_jobs_local.event_source import LambdaContextStub, receive_event, settle
 from agent_jobs_local.template import TemplateModel, load_template, provision
+from agent_jobs_local.unregistered_workspaces import UnregisteredWorkspaces
 
 REPO = Path(__file__).resolve().parent.parent
 REGION = "us-east-1"
@@ -288,11 +289,11 @@ def naive_append(workspace: Any, *, job_id: str, message: str, patch: str) -> An
     return commit
 
 
-class HookedWorkspaceStore:
+class HookedWorkspaceStore(UnregisteredWorkspaces):
     """A LocalWorkspaceStore whose commits can be intercepted, to stall, fail or race a job at its side effect."""
 
     def __init__(self, root: Path, hooks: Hooks) -> None:
-        from jobs.workspace import LocalWorkspaceStore
+        from agent_jobs_local.folder_workspaces import LocalWorkspaceStore
 
         self.inner = LocalWorkspaceStore(root)
         self.hooks = hooks

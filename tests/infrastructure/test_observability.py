@@ -23,7 +23,10 @@ from tests.integration.test_worker_metrics import Emitted, emitted_metrics, name
 
 REPO = DEFAULT_TEMPLATE_PATH.parent
 CHECKOV = REPO / ".venv-checkov" / "bin" / "checkov"
-PROCESSING_SOURCE = (REPO / "functions" / "job_worker" / "processing.py").read_text()
+WORKER_DIR = REPO / "functions" / "job_worker"
+PROCESSING_SOURCE = "".join(
+    path.read_text() for path in [WORKER_DIR / "processing.py", *sorted((WORKER_DIR / "worker").glob("*.py"))]
+)
 PSEUDO_PARAMETERS = {"AWS::AccountId", "AWS::Partition", "AWS::Region", "AWS::StackName", "AWS::URLSuffix"}
 
 

@@ -85,7 +85,8 @@ def test_sam_build_ships_each_function_code_without_build_files(arm64_build_dir:
     expected = {
         name
         for name in relative_files(source)
-        if "__pycache__" not in name and ((name.endswith(".py") and "/" not in name) or name.startswith("jobs/"))
+        if "__pycache__" not in name
+        and ((name.endswith(".py") and "/" not in name) or name.startswith(("jobs/", "worker/")))
     }
     assert relative_files(built) == expected
     handler_module = settings.handler.rsplit(".", 1)[0]

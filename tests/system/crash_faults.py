@@ -39,8 +39,8 @@ def _job_id(body: str) -> str | None:
 
 def install(handler_module: ModuleType, config: dict[str, Any]) -> None:
     from agent_jobs.guard import ClaimOutcome, JobGuard
+    from agent_jobs_local.folder_workspaces import LocalWorkspace
     from jobs.git_workspace import GitWorkspace
-    from jobs.workspace import LocalWorkspace
 
     crash_after_claim = set(config.get("crash_after_claim", ()))
     hang_after_claim = set(config.get("hang_after_claim", ()))

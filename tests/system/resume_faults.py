@@ -14,9 +14,9 @@ from typing import Any
 
 
 def install(handler_module: ModuleType, config: dict[str, Any]) -> None:
+    from agent_jobs_local.folder_workspaces import LocalWorkspace
     from jobs.errors import RetryableJobError
     from jobs.git_workspace import GitWorkspace
-    from jobs.workspace import LocalWorkspace
 
     target, fault_file = str(config["failing_job"]), str(config["fault_file"])
     for workspace_class in (LocalWorkspace, GitWorkspace):

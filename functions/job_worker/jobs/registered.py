@@ -12,13 +12,17 @@ PermanentJobError saying what to fix, and the token or remote is never touched.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from agent_jobs.models import ID_PATTERN
 from agent_jobs.patch_limits import PatchLimits
 from agent_jobs.tenancy import TenantBounds
+from jobs.context import JobContext
 from jobs.errors import PermanentJobError
 
 if TYPE_CHECKING:
@@ -31,6 +35,10 @@ REGISTRATION_CACHE_SECONDS = 60
 
 
 class RegisteredWorkspaceStore:
+    """The worker's workspaces (`jobs.workspace.JobWorkspaceStore`): each belongs to the tenant that registered it."""
+
+    binds_tenants = True
+
     def __init__(
         self,
         registry: WorkspaceRegistry,
@@ -84,6 +92,26 @@ class RegisteredWorkspaceStore:
 
     def open(self, workspace_id: str) -> GitWorkspace:
         return self._git.open(workspace_id)
+
+    def owner(self, workspace_id: str) -> str | None:
+        """The tenant that registered `workspace_id` (cached per execution environment); None when nobody did, or
+        when the name is no workspace id at all (then nothing is read)."""
+        if not re.match(ID_PATTERN, workspace_id):
+            return None
+        try:
+            return self.registration(workspace_id).tenant_id
+        except PermanentJobError:
+            return None  # not registered
+
+    def job_context(self, workspace_id: str, context: JobContext) -> JobContext:
+        """`context` with the workspace's registration, its token (read on demand) and the owner's host check; an
+        unregistered workspace raises PermanentJobError: its job ends DEAD saying to register it."""
+        return replace(
+            context,
+            registration=self.registration(workspace_id),
+            token=lambda: self.token(workspace_id),
+            check_host=self.check_host,
+        )
 
     def token(self, workspace_id: str) -> str | None:
         registered = self.registration(workspace_id)
