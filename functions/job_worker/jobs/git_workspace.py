@@ -91,13 +91,14 @@ class JobAlreadyOnBranchError(HeadMovedError):
 
 
 class GitWorkspaceStore:
-    """Opens the git workspace of a workspace id; `resolve` says which remote and branch that is. Patches are applied
-    within `patch_limits` (PATCH_MAX_BYTES, PATCH_MAX_HUNKS, PATCH_SEARCH_WINDOW_LINES)."""
+    """Opens the git workspace of a workspace id on its remote (`open_remote`), or on the remote `resolve` names for
+    it (`open`). Patches are applied within `patch_limits` (PATCH_MAX_BYTES, PATCH_MAX_HUNKS,
+    PATCH_SEARCH_WINDOW_LINES)."""
 
     def __init__(
         self,
         cache_root: Path,
-        resolve: Callable[[str], GitRemote],
+        resolve: Callable[[str], GitRemote] | None = None,
         *,
         limits: GitLimits | None = None,
         cache_budget_bytes: int | None = None,
@@ -113,7 +114,14 @@ class GitWorkspaceStore:
     def open(self, workspace_id: str) -> GitWorkspace:
         if not re.match(ID_PATTERN, workspace_id):
             raise ValueError(f"not a workspace id: {workspace_id!r}")
-        remote = self._resolve(workspace_id)
+        if self._resolve is None:
+            raise TypeError("this store resolves no remotes: open_remote(workspace_id, remote)")
+        return self.open_remote(workspace_id, self._resolve(workspace_id))
+
+    def open_remote(self, workspace_id: str, remote: GitRemote) -> GitWorkspace:
+        """The git workspace of `workspace_id` on `remote`, with its warm cache under cache_root."""
+        if not re.match(ID_PATTERN, workspace_id):
+            raise ValueError(f"not a workspace id: {workspace_id!r}")
         cache_path = self.cache_root / f"{workspace_id}-{remote.cache_key}.git"
         return GitWorkspace(
             workspace_id,

@@ -70,7 +70,6 @@ class RegisteredWorkspaceStore:
 
             self._git_store = GitWorkspaceStore(
                 self._cache_root,
-                self._remote,
                 limits=self._limits,
                 cache_budget_bytes=self._cache_budget_bytes,
                 patch_limits=self.patch_limits,
@@ -91,7 +90,11 @@ class RegisteredWorkspaceStore:
         return registered
 
     def open(self, workspace_id: str) -> GitWorkspace:
-        return self._git.open(workspace_id)
+        """The workspace's git workspace on the remote its registration names (checked against the tenant's bounds
+        here, so the git store never reads a registration)."""
+        if not re.match(ID_PATTERN, workspace_id):
+            raise ValueError(f"not a workspace id: {workspace_id!r}")
+        return self._git.open_remote(workspace_id, self._remote(workspace_id))
 
     def owner(self, workspace_id: str) -> str | None:
         """The tenant that registered `workspace_id` (cached per execution environment); None when nobody did, or
