@@ -33,8 +33,9 @@
                          workspace of the tenant; 400, 413, 415, 422 a request to fix; 503 retry (the same request is
                          safe)
     GET  /workspaces?state=HALTED[&limit=&nextToken=]
-                         200 {"workspaces": [status of each HALTED or RESUMING workspace], "nextToken"}; 422 another
-                         state, a bad limit or a nextToken this API did not give the caller; 403 no usable tenant
+                         200 {"workspaces": [status of each HALTED or RESUMING workspace], "nextToken"}; 400 a
+                         nextToken this API did not issue for the caller's list; 422 another state or a bad limit;
+                         403 no usable tenant
 
 Tenancy: the caller's tenant comes from `caller_tenant` and nowhere else. It is the `tenant_id` claim of the verified
 JWT that the API's JWT authorizer puts at `requestContext.authorizer.jwt.claims` (API Gateway itself answers 401 to a

@@ -84,7 +84,7 @@ def resume(workspace_id: str) -> Response[Any]:
 @router.get(
     "/workspaces",
     summary="List the caller's halted workspaces (HALTED or RESUMING), a page at a time",
-    responses=answers({200: ("A page of halted workspaces.", HaltedWorkspacesView)}, (401, 403, 422, 503)),
+    responses=answers({200: ("A page of halted workspaces.", HaltedWorkspacesView)}, (400, 401, 403, 422, 503)),
     openapi_extensions=query_parameters(
         {
             "name": "state",

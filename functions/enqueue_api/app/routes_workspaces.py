@@ -14,7 +14,7 @@ from agent_jobs.services import Services
 from agent_jobs.workspaces import WorkspaceOwnedElsewhereError, WorkspaceQuotaError, WorkspaceStatus
 
 from .context import http_event, logger, metrics, services, tracer, workspace_registry
-from .cursors import decode_next_token, encode_next_token
+from .cursors import decode_timeline_token, encode_timeline_token
 from .errors import RequestRefused, json_response
 from .openapi import answers, json_request_body, page_query_parameters, query_parameters
 from .parsing import (
@@ -117,12 +117,12 @@ def list_workspace_jobs(workspace_id: str) -> Response[Any]:
     logger.append_keys(workspace_id=workspace_id, tenant_id=tenant)
     query = http_event(router).query_string_parameters or {}
     limit = page_limit(query.get("limit"))
-    start_key = decode_next_token(query.get("nextToken"), workspace_id)
+    start_key = decode_timeline_token(query.get("nextToken"), workspace_id)
     visible_workspace(svc, workspace_id, tenant)
     page = svc.guard.workspace_jobs(
         workspace_id, tenant, limit=limit, start_key=start_key, attributes=PUBLIC_JOB_FIELDS
     )
-    next_token = encode_next_token(workspace_id, page.next_key) if page.next_key is not None else None
+    next_token = encode_timeline_token(workspace_id, page.next_key) if page.next_key is not None else None
     metrics.add_metric(name="TimelinesRead", unit=MetricUnit.Count, value=1)
     return json_response(
         HTTPStatus.OK, {"jobs": [public_job_view(item) for item in page.items], "nextToken": next_token}
