@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import json
 from collections.abc import Mapping, Sequence
 from http import HTTPStatus
@@ -131,7 +130,6 @@ def openapi_document(app: APIGatewayHttpResolver) -> dict[str, Any]:
         # Powertools' OpenAPI models take longer to import than the rest of this module: only this route needs them.
         from aws_lambda_powertools.event_handler.openapi.models import HTTPBearer
 
-        _resolve_handler_annotations(app)
         generated = app.get_openapi_json_schema(
             title="Agent Jobs API",
             version="1",
@@ -149,19 +147,6 @@ def openapi_document(app: APIGatewayHttpResolver) -> dict[str, Any]:
         )
         _openapi_document = _finish_document(json.loads(generated))
     return _openapi_document
-
-
-def _resolve_handler_annotations(app: APIGatewayHttpResolver) -> None:
-    """Give each route handler wrapped by a decorator (the tracer's) its signature with annotations resolved.
-
-    Powertools reads a handler's annotations through the wrapper, resolving the strings that `from __future__ import
-    annotations` leaves in the wrapper's module (the tracer's), where `Response` is unknown; the signature of the
-    wrapped function, evaluated in this module, is what the handler really has.
-    """
-    for route in app._static_routes + app._dynamic_routes:  # Powertools keeps no public list
-        handler = route.func
-        if hasattr(handler, "__wrapped__") and "__signature__" not in vars(handler):
-            handler.__signature__ = inspect.signature(handler, eval_str=True)  # type: ignore[attr-defined]
 
 
 def _finish_document(document: dict[str, Any]) -> dict[str, Any]:

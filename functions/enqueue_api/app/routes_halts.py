@@ -1,6 +1,8 @@
 """Halted workspaces: an operator's resume decision, and the list of the caller's halted workspaces."""
 
-from __future__ import annotations
+# Annotations here are evaluated when the route is defined (no `from __future__ import annotations`): Powertools
+# reads a handler's signature, and the Depends() of its caller parameter, through the tracer's wrapper, whose
+# module could not resolve names of this one.
 
 from http import HTTPStatus
 from typing import Any, Final
@@ -19,7 +21,7 @@ from .errors import RequestRefused, json_response
 from .openapi import answers, json_request_body, page_query_parameters, query_parameters
 from .parsing import page_limit, parse_resume_request, valid_path_id
 from .schemas import HaltedWorkspacesView, ResumeConflictView, WorkspaceStatusView
-from .tenancy import caller_name, caller_tenant, require_operator
+from .tenancy import CallerTenant, OperatorTenant, caller_name
 from .views import workspace_item_view
 
 router = Router()  # type: ignore[no-untyped-call]  # Powertools leaves it unannotated
@@ -52,11 +54,10 @@ _RESUME_CONFLICTS: Final = (ResumeOutcome.NOT_HALTED, ResumeOutcome.HALTING_JOB_
     ),
 )
 @tracer.capture_method(capture_response=False)
-def resume(workspace_id: str) -> Response[Any]:
+def resume(workspace_id: str, tenant: OperatorTenant) -> Response[Any]:
     svc = services()
-    tenant = require_operator(http_event(router), svc.settings)
     workspace_id = valid_path_id("workspaceId", workspace_id)
-    logger.append_keys(workspace_id=workspace_id, tenant_id=tenant)
+    logger.append_keys(workspace_id=workspace_id)
     request = parse_resume_request(http_event(router), svc.settings)
     result = resume_workspace(
         workspace_id,
@@ -96,9 +97,8 @@ def resume(workspace_id: str) -> Response[Any]:
     ),
 )
 @tracer.capture_method(capture_response=False)
-def list_halted_workspaces() -> Response[Any]:
+def list_halted_workspaces(tenant: CallerTenant) -> Response[Any]:
     svc = services()
-    tenant = caller_tenant(http_event(router), svc.settings)
     query = http_event(router).query_string_parameters or {}
     if query.get("state") != str(WorkspaceState.HALTED):
         raise RequestRefused(

@@ -1,6 +1,8 @@
 """Jobs: submit one, submit a batch, read one."""
 
-from __future__ import annotations
+# Annotations here are evaluated when the route is defined (no `from __future__ import annotations`): Powertools
+# reads a handler's signature, and the Depends() of its caller parameter, through the tracer's wrapper, whose
+# module could not resolve names of this one.
 
 from http import HTTPStatus
 from typing import Any
@@ -25,7 +27,7 @@ from .errors import RequestRefused, json_response
 from .openapi import answers, json_request_body
 from .parsing import parse_job_batch, parse_job_request, valid_path_id
 from .schemas import ConflictView, JobAcceptedView, JobBatchRequest, JobBatchView, JobView
-from .tenancy import caller_tenant
+from .tenancy import CallerTenant
 from .views import public_job_view
 
 router = Router()  # type: ignore[no-untyped-call]  # Powertools leaves it unannotated
@@ -43,11 +45,10 @@ router = Router()  # type: ignore[no-untyped-call]  # Powertools leaves it unann
     openapi_extensions=json_request_body(JobRequest, "A job: its jobId, workspaceId, type and the type's payload."),
 )
 @tracer.capture_method(capture_response=False)
-def submit_job() -> Response[Any]:
+def submit_job(tenant: CallerTenant) -> Response[Any]:
     svc = services()
-    tenant = caller_tenant(http_event(router), svc.settings)
     job = parse_job_request(http_event(router), svc.settings)
-    logger.append_keys(job_id=job.job_id, workspace_id=job.workspace_id, tenant_id=tenant, job_type=str(job.type))
+    logger.append_keys(job_id=job.job_id, workspace_id=job.workspace_id, job_type=str(job.type))
     tracer.put_annotation("jobId", job.job_id)
     try:
         result = enqueue_job(
@@ -95,11 +96,10 @@ def submit_job() -> Response[Any]:
     ),
 )
 @tracer.capture_method(capture_response=False)
-def submit_jobs() -> Response[Any]:
+def submit_jobs(tenant: CallerTenant) -> Response[Any]:
     svc = services()
-    tenant = caller_tenant(http_event(router), svc.settings)
     jobs = parse_job_batch(http_event(router), svc.settings)
-    logger.append_keys(tenant_id=tenant, job_ids=[job.job_id for job in jobs])
+    logger.append_keys(job_ids=[job.job_id for job in jobs])
     results = enqueue_jobs(
         jobs,
         tenant,
@@ -131,11 +131,10 @@ def submit_jobs() -> Response[Any]:
     responses=answers({200: ("The job.", JobView)}, (401, 403, 404, 422, 503)),
 )
 @tracer.capture_method(capture_response=False)
-def read_job(job_id: str) -> Response[Any]:
+def read_job(job_id: str, tenant: CallerTenant) -> Response[Any]:
     svc = services()
-    tenant = caller_tenant(http_event(router), svc.settings)
     job_id = valid_path_id("jobId", job_id)
-    logger.append_keys(job_id=job_id, tenant_id=tenant)
+    logger.append_keys(job_id=job_id)
     # Keyed by the caller's tenant: another tenant's job of the same jobId is not the caller's job, and is answered
     # exactly as a jobId nobody used (404), so the answer tells nothing about other tenants' jobIds.
     item = svc.guard.get_job(tenant, job_id)

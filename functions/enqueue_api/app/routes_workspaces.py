@@ -1,6 +1,8 @@
 """Workspaces: register one, read its registration and state, read its timeline of jobs."""
 
-from __future__ import annotations
+# Annotations here are evaluated when the route is defined (no `from __future__ import annotations`): Powertools
+# reads a handler's signature, and the Depends() of its caller parameter, through the tracer's wrapper, whose
+# module could not resolve names of this one.
 
 from http import HTTPStatus
 from typing import Any
@@ -26,7 +28,7 @@ from .parsing import (
     valid_path_id,
 )
 from .schemas import JobTimelineView, WorkspaceStatusView, WorkspaceView
-from .tenancy import caller_tenant
+from .tenancy import CallerTenant
 from .views import PUBLIC_JOB_FIELDS, public_job_view, public_workspace_status_view, public_workspace_view
 
 router = Router()  # type: ignore[no-untyped-call]  # Powertools leaves it unannotated
@@ -44,11 +46,10 @@ router = Router()  # type: ignore[no-untyped-call]  # Powertools leaves it unann
     ),
 )
 @tracer.capture_method(capture_response=False)
-def register_workspace(workspace_id: str) -> Response[Any]:
+def register_workspace(workspace_id: str, tenant: CallerTenant) -> Response[Any]:
     svc = services()
-    tenant = caller_tenant(http_event(router), svc.settings)
     workspace_id = valid_path_id("workspaceId", workspace_id)
-    logger.append_keys(workspace_id=workspace_id, tenant_id=tenant)
+    logger.append_keys(workspace_id=workspace_id)
     registration = parse_workspace_registration(http_event(router), svc.settings)
     check_tenant_bounds(registration, tenant, svc.settings)
     try:
@@ -75,14 +76,13 @@ def register_workspace(workspace_id: str) -> Response[Any]:
     responses=answers({200: ("The workspace.", WorkspaceStatusView)}, (401, 403, 404, 422, 503)),
 )
 @tracer.capture_method(capture_response=False)
-def read_workspace(workspace_id: str) -> Response[Any]:
+def read_workspace(workspace_id: str, tenant: CallerTenant) -> Response[Any]:
     """The workspace's registration and state, and `lastAppliedJobId`: derived at read time (the worker writes
     nothing for it), at the cost of one Query of the GSI `byWorkspace` besides the GetItem of the workspace item
     (see `JobGuard.last_succeeded_job`)."""
     svc = services()
-    tenant = caller_tenant(http_event(router), svc.settings)
     workspace_id = valid_path_id("workspaceId", workspace_id)
-    logger.append_keys(workspace_id=workspace_id, tenant_id=tenant)
+    logger.append_keys(workspace_id=workspace_id)
     status = visible_workspace(svc, workspace_id, tenant)
     last_applied = svc.guard.last_succeeded_job(workspace_id, tenant)
     metrics.add_metric(name="WorkspacesRead", unit=MetricUnit.Count, value=1)
@@ -100,7 +100,7 @@ def read_workspace(workspace_id: str) -> Response[Any]:
     ),
 )
 @tracer.capture_method(capture_response=False)
-def list_workspace_jobs(workspace_id: str) -> Response[Any]:
+def list_workspace_jobs(workspace_id: str, tenant: CallerTenant) -> Response[Any]:
     """The workspace's jobs in the order the API accepted them (the GSI `byWorkspace`, sorted by acceptedAt).
 
     acceptedAt, not the queue's SequenceNumber, is the order: every job record has it from the moment it is
@@ -112,9 +112,8 @@ def list_workspace_jobs(workspace_id: str) -> Response[Any]:
     the order jobs take effect in.
     """
     svc = services()
-    tenant = caller_tenant(http_event(router), svc.settings)
     workspace_id = valid_path_id("workspaceId", workspace_id)
-    logger.append_keys(workspace_id=workspace_id, tenant_id=tenant)
+    logger.append_keys(workspace_id=workspace_id)
     query = http_event(router).query_string_parameters or {}
     limit = page_limit(query.get("limit"))
     start_key = decode_timeline_token(query.get("nextToken"), workspace_id)
