@@ -3,7 +3,7 @@ invocation and kept while the environment is warm."""
 
 from __future__ import annotations
 
-from typing import cast
+from typing import TYPE_CHECKING, TypedDict, cast
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.event_handler.api_gateway import Router
@@ -12,6 +12,12 @@ from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEventV2
 from agent_jobs.quotas import JobQuotas
 from agent_jobs.services import Services, build_services
 from agent_jobs.workspaces import WorkspaceRegistry
+
+if TYPE_CHECKING:
+    from mypy_boto3_sqs.client import SQSClient
+
+    from agent_jobs.guard import JobGuard
+    from agent_jobs.payloads import PayloadStore
 
 logger = Logger()
 tracer = Tracer()
@@ -41,6 +47,28 @@ def job_quotas(svc: Services) -> JobQuotas:
         svc.settings.table_name,
         jobs_per_second_per_tenant=svc.settings.max_jobs_per_second_per_tenant,
         queued_jobs_per_workspace=svc.settings.max_queued_jobs_per_workspace,
+    )
+
+
+class Producer(TypedDict):
+    """What accepting jobs (`enqueue_job`, `enqueue_jobs`) needs besides the jobs and the tenant."""
+
+    guard: JobGuard
+    sqs: SQSClient
+    queue_url: str
+    payloads: PayloadStore
+    inline_limit_bytes: int
+    quotas: JobQuotas
+
+
+def producer(svc: Services) -> Producer:
+    return Producer(
+        guard=svc.guard,
+        sqs=svc.sqs,
+        queue_url=svc.settings.queue_url,
+        payloads=svc.payloads,
+        inline_limit_bytes=svc.settings.inline_message_limit_bytes,
+        quotas=job_quotas(svc),
     )
 
 

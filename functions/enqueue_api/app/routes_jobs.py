@@ -22,7 +22,7 @@ from agent_jobs.producer import (
 )
 from agent_jobs.quotas import QuotaExceededError
 
-from .context import http_event, job_quotas, logger, metrics, services, tracer
+from .context import http_event, logger, metrics, producer, services, tracer
 from .errors import RequestRefused, json_response
 from .openapi import answers, json_request_body
 from .parsing import parse_job_batch, parse_job_request, valid_path_id
@@ -51,16 +51,7 @@ def submit_job(tenant: CallerTenant) -> Response[Any]:
     logger.append_keys(job_id=job.job_id, workspace_id=job.workspace_id, job_type=str(job.type))
     tracer.put_annotation("jobId", job.job_id)
     try:
-        result = enqueue_job(
-            job,
-            tenant,
-            guard=svc.guard,
-            sqs=svc.sqs,
-            queue_url=svc.settings.queue_url,
-            payloads=svc.payloads,
-            inline_limit_bytes=svc.settings.inline_message_limit_bytes,
-            quotas=job_quotas(svc),
-        )
+        result = enqueue_job(job, tenant, **producer(svc))
     except QuotaExceededError as quota:
         logger.info("job quota used up", extra={"parameter": quota.parameter, "limit": quota.limit})
         metrics.add_metric(name="JobsRefusedByQuota", unit=MetricUnit.Count, value=1)
@@ -100,16 +91,7 @@ def submit_jobs(tenant: CallerTenant) -> Response[Any]:
     svc = services()
     jobs = parse_job_batch(http_event(router), svc.settings)
     logger.append_keys(job_ids=[job.job_id for job in jobs])
-    results = enqueue_jobs(
-        jobs,
-        tenant,
-        guard=svc.guard,
-        sqs=svc.sqs,
-        queue_url=svc.settings.queue_url,
-        payloads=svc.payloads,
-        inline_limit_bytes=svc.settings.inline_message_limit_bytes,
-        quotas=job_quotas(svc),
-    )
+    results = enqueue_jobs(jobs, tenant, **producer(svc))
     counts = {
         "JobsAccepted": sum(1 for r in results if r.accepted and r.created),
         "JobsResubmitted": sum(1 for r in results if r.accepted and not r.created),
