@@ -201,7 +201,7 @@ def run(quick: bool = False) -> list[Figure]:
         ),
         Figure(
             BENCHMARK,
-            "producer module import (functions/enqueue_api/app.py)",
+            "producer module import (functions/enqueue_api/app/)",
             median["producer"],
             "ms",
             COMMAND,

@@ -92,7 +92,7 @@ def test_openapi_status_codes_are_those_each_route_answers(document: dict[str, A
     assert statuses[("POST", "/workspaces/{workspaceId}/resume")] == {
         *("202", "400", "401", "403", "404", "409", "413", "415", "422", "503")
     }
-    assert statuses[("GET", "/workspaces")] == {"200", "401", "403", "422", "503"}
+    assert statuses[("GET", "/workspaces")] == {"200", "400", "401", "403", "422", "503"}
     assert statuses[("GET", "/openapi.json")] == {"200"}
 
 

@@ -197,13 +197,19 @@ def test_list_halted_shows_the_callers_halted_and_resuming_workspaces(api: Resum
     seen = {w["workspaceId"] for w in first.body["workspaces"] + rest.body["workspaces"]}
     assert seen == {"ws-a", "ws-b"}
     # a page token does not open another tenant's list
-    assert api.halted({"nextToken": token}, claims={"tenant_id": "tenant-2"}).status == 422
+    assert api.halted({"nextToken": token}, claims={"tenant_id": "tenant-2"}).status == 400
 
 
-@pytest.mark.parametrize("query", [{"state": "ACTIVE"}, {"state": "HALTED", "limit": "0"}, {"nextToken": "%%%"}])
+@pytest.mark.parametrize("query", [{"state": "ACTIVE"}, {"state": "HALTED", "limit": "0"}])
 def test_list_halted_bad_query_is_422(api: ResumeApi, query: dict[str, str]):
     response = api.invoke(list_event({"state": "HALTED", **query}))
     assert response.status == 422
+
+
+def test_list_halted_token_it_did_not_issue_is_400_as_on_every_listing(api: ResumeApi):
+    response = api.invoke(list_event({"state": "HALTED", "nextToken": "%%%"}))
+    assert response.status == 400
+    assert "the nextToken is not one this API issued for your list of halted workspaces" in response.body["message"]
 
 
 def test_resume_whose_marker_was_not_sent_can_be_repeated_from_what_the_api_shows(

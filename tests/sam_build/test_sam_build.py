@@ -86,11 +86,14 @@ def test_sam_build_ships_each_function_code_without_build_files(arm64_build_dir:
         name
         for name in relative_files(source)
         if "__pycache__" not in name
-        and ((name.endswith(".py") and "/" not in name) or name.startswith(("jobs/", "worker/")))
+        and ((name.endswith(".py") and "/" not in name) or name.startswith(("jobs/", "worker/", "app/")))
     }
     assert relative_files(built) == expected
     handler_module = settings.handler.rsplit(".", 1)[0]
-    assert (built / f"{handler_module}.py").is_file(), f"{function_id} handler {settings.handler} was not built"
+    handler_file = built / f"{handler_module}.py"
+    if not handler_file.is_file():
+        handler_file = built / handler_module / "__init__.py"  # the handler module is a package
+    assert handler_file.is_file(), f"{function_id} handler {settings.handler} was not built"
 
 
 def test_sam_build_for_this_machine_builds_an_importable_layer(local_build_dir: Path) -> None:

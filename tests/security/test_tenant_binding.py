@@ -22,6 +22,7 @@ from agent_jobs.registration import MAX_TEST_COMMANDS_BYTES, WorkspaceRegistrati
 from agent_jobs.tenancy import TenantBounds, non_public_reason
 from agent_jobs.workspaces import WorkspaceQuotaError, WorkspaceRegistry
 from enqueue_api import app
+from enqueue_api.app import parsing, routes_jobs
 from jobs.errors import PermanentJobError
 from jobs.github import GitHubClient
 from jobs.registered import RegisteredWorkspaceStore
@@ -482,13 +483,13 @@ def test_a_body_with_200000_unknown_keys_gets_a_small_422(
         event["body"] = raw
 
     described: list[Any] = []  # the field errors the API put into words
-    describe = app._field_error
+    describe = parsing._field_error
 
     def counted(detail: Any) -> dict[str, str]:
         described.append(detail)
         return describe(detail)
 
-    monkeypatch.setattr(app, "_field_error", counted)
+    monkeypatch.setattr(parsing, "_field_error", counted)
 
     started = time.process_time()
     answer = api.invoke(event, register=False)
@@ -550,7 +551,7 @@ def test_a_write_refused_for_the_item_size_is_a_413_never_a_503(
 
     register_workspace(api.stack, "acme-repo", "acme")
     monkeypatch.setattr(WorkspaceRegistry, "register", too_large)
-    monkeypatch.setattr(app, "enqueue_job", too_large)
+    monkeypatch.setattr(routes_jobs, "enqueue_job", too_large)
     if route == "job":
         answer = api.invoke(post_event(job_body("j-1", "acme-repo"), claims=VICTIM), register=False)
     else:

@@ -1,0 +1,74 @@
+"""What a tenant may see of its jobs and workspaces."""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from agent_jobs.models import RegisteredWorkspace
+from agent_jobs.workspaces import WorkspaceStatus, workspace_status
+
+PUBLIC_JOB_FIELDS: Final = (
+    "jobId",
+    "workspaceId",
+    "tenantId",
+    "type",
+    "status",
+    "attempt",
+    "failures",
+    "acceptedAt",
+    "updatedAt",
+    "finishedAt",
+    "messageId",
+    "sequenceNumber",
+    "result",
+    "error",
+    "history",
+)
+PUBLIC_WORKSPACE_FIELDS: Final = (
+    "workspaceId",
+    "tenantId",
+    "remoteUrl",
+    "branch",
+    "baseBranch",
+    "testCommands",
+    "tokenParameter",
+    "githubRepository",
+    "githubApiUrl",
+    "registeredAt",
+)
+PUBLIC_WORKSPACE_STATE_FIELDS: Final = ("state", "haltingJobId", "haltReason", "lastAppliedJobId", "lastResume")
+
+
+def public_job_view(item: dict[str, Any]) -> dict[str, Any]:
+    """What a tenant may see of its job: never the lease owner or stored message bodies."""
+    return {name: item.get(name) for name in PUBLIC_JOB_FIELDS}
+
+
+def public_workspace_view(workspace: RegisteredWorkspace) -> dict[str, Any]:
+    """A registration as its owner sees it (the token's location, never a token)."""
+    registration = workspace.registration.model_dump(by_alias=True)
+    view = {"workspaceId": workspace.workspace_id, "tenantId": workspace.tenant_id, **registration}
+    view["registeredAt"] = workspace.registered_at
+    return {name: view.get(name) for name in PUBLIC_WORKSPACE_FIELDS}
+
+
+def public_workspace_status_view(status: WorkspaceStatus, last_applied_job_id: str | None = None) -> dict[str, Any]:
+    """The registration (its fields null when the workspace only carries halt state), the workspace's state, the
+    last job that took effect on it (null when unknown or none) and the last resume decision (null when none)."""
+    if status.registered is not None:
+        view = public_workspace_view(status.registered)
+    else:
+        view = dict.fromkeys(PUBLIC_WORKSPACE_FIELDS)
+        view.update(workspaceId=status.workspace_id, tenantId=status.tenant_id)
+    view.update(
+        state=str(status.state),
+        haltingJobId=status.halting_job_id,
+        haltReason=status.halt_reason,
+        lastAppliedJobId=last_applied_job_id,
+        lastResume=status.last_resume,
+    )
+    return view
+
+
+def workspace_item_view(workspace_id: str, item: dict[str, Any]) -> dict[str, Any]:
+    return public_workspace_status_view(workspace_status(workspace_id, item))
