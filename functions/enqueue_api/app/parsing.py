@@ -19,12 +19,11 @@ from agent_jobs.models import (
     ResumeRequest,
     RunTestsJob,
     WorkspaceId,
-    WorkspaceRegistration,
     job_request_adapter,
-    test_commands_size_error,
 )
 from agent_jobs.patch_limits import PatchLimits, patch_bytes_error, patch_hunks_error
 from agent_jobs.producer import MAX_BATCH_JOBS
+from agent_jobs.registration import WorkspaceRegistration, test_commands_size_error
 from agent_jobs.settings import Settings
 from agent_jobs.tenancy import TenantBounds
 

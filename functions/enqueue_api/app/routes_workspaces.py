@@ -11,7 +11,8 @@ from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.metrics import MetricUnit
 
-from agent_jobs.models import WorkspaceRegistration, WorkspaceState
+from agent_jobs.models import WorkspaceState
+from agent_jobs.registration import WorkspaceRegistration
 from agent_jobs.services import Services
 from agent_jobs.workspaces import WorkspaceOwnedElsewhereError, WorkspaceQuotaError, WorkspaceStatus
 

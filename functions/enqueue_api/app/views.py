@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from agent_jobs.models import RegisteredWorkspace
+from agent_jobs.registration import RegisteredWorkspace
 from agent_jobs.workspaces import WorkspaceStatus, workspace_status
 
 PUBLIC_JOB_FIELDS: Final = (

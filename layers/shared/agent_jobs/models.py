@@ -142,11 +142,13 @@ def _job_request_adapter() -> TypeAdapter[ApplyPatchJob | RunTestsJob | OpenPrJo
     return TypeAdapter(JobRequest)
 
 
-def __getattr__(name: str) -> Any:
-    # `job_request_adapter` is built on first use (it builds every job model's validator), not at import.
-    if name == "job_request_adapter":
-        return _job_request_adapter()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+if not TYPE_CHECKING:  # type checkers see the declaration above, and no name of this module they do not know
+
+    def __getattr__(name: str) -> Any:
+        # `job_request_adapter` is built on first use (it builds every job model's validator), not at import.
+        if name == "job_request_adapter":
+            return _job_request_adapter()
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 Sha256Hex = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
