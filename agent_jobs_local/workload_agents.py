@@ -14,12 +14,11 @@ from typing import TYPE_CHECKING
 from agent_jobs.keys import deduplication_id, workspace_group_id
 from agent_jobs.models import job_message, job_request_adapter
 from agent_jobs_local.auth import mint_token
+from agent_jobs_local.workload_api import post
+from agent_jobs_local.workload_plan import BATCH_SIZE, DEFAULT_TENANT, POISON_BODY, TOKEN_TTL_SECONDS, Plan, PlannedJob
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs.client import SQSClient
-
-from agent_jobs_local.workload_api import post
-from agent_jobs_local.workload_plan import BATCH_SIZE, DEFAULT_TENANT, POISON_BODY, TOKEN_TTL_SECONDS, Plan, PlannedJob
 
 
 @dataclass

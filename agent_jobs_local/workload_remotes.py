@@ -13,10 +13,6 @@ from dulwich.refs import Ref
 from dulwich.repo import Repo
 
 from agent_jobs_local.auth import mint_token
-
-if TYPE_CHECKING:
-    pass
-
 from agent_jobs_local.workload_api import send
 from agent_jobs_local.workload_plan import (
     BASE_BRANCH,
@@ -27,6 +23,9 @@ from agent_jobs_local.workload_plan import (
     branch_of_workspace,
     github_repository_of,
 )
+
+if TYPE_CHECKING:
+    pass
 
 
 def remote_path(remotes_root: Path, workspace_id: str, tenant_id: str = DEFAULT_TENANT) -> Path:

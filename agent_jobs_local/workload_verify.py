@@ -13,12 +13,11 @@ from typing import TYPE_CHECKING, Any
 from agent_jobs.guard import to_item
 from agent_jobs.models import JobStatus
 from agent_jobs_local.faults import fired
+from agent_jobs_local.workload_agents import Submissions
+from agent_jobs_local.workload_plan import BASE_BRANCH, Plan, branch_of_workspace, github_repository_of
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.client import DynamoDBClient
-
-from agent_jobs_local.workload_agents import Submissions
-from agent_jobs_local.workload_plan import BASE_BRANCH, Plan, branch_of_workspace, github_repository_of
 
 
 @dataclass(frozen=True)
