@@ -29,134 +29,30 @@ a resume with retry runs it in its original place.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from enum import StrEnum
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
 from agent_jobs.guard import JobGuard
-from agent_jobs.keys import workspace_group_id, workspace_id_from_group
-from agent_jobs.models import (
-    DRAIN_MESSAGE_TYPE,
-    DrainMarker,
-    JobMessage,
-    JobStatus,
-    WorkspaceState,
-    parse_queue_message,
+from agent_jobs.models import DRAIN_MESSAGE_TYPE, JobStatus
+from agent_jobs_cli.deadletter_checks import is_current_marker, parse_job_message, registered_owners
+from agent_jobs_cli.deadletter_messages import (
+    DeadLetter,
+    Listing,
+    RedriveOutcome,
+    RedriveResult,
+    in_group_order,
+    redrive_result,
+    sequence_key,
 )
-from agent_jobs.workspaces import WorkspaceRegistry
 
 if TYPE_CHECKING:
-    from mypy_boto3_dynamodb.client import DynamoDBClient
     from mypy_boto3_sqs.client import SQSClient
 
 DEFAULT_HOLD_SECONDS: Final = 60
 MAX_RECEIVES: Final = 1000  # a bound on one read, far beyond any DLQ an operator reads by hand
 _BATCH: Final = 10
-
-
-@dataclass(frozen=True)
-class DeadLetter:
-    """One message of the DLQ as received: its body, SQS attributes and message attributes."""
-
-    message_id: str
-    receipt_handle: str
-    body: str
-    attributes: dict[str, str]
-    message_attributes: dict[str, str]
-
-    @property
-    def group_id(self) -> str | None:
-        return self.attributes.get("MessageGroupId")
-
-    @property
-    def workspace_id(self) -> str | None:
-        """The workspace of the message's group; None when the group names none (the worker records such a message
-        REJECTED under its message id, without a workspace to halt)."""
-        return workspace_id_from_group(self.group_id)
-
-    @property
-    def sequence_number(self) -> str | None:
-        return self.attributes.get("SequenceNumber")
-
-    @property
-    def receive_count(self) -> int:
-        return int(self.attributes.get("ApproximateReceiveCount", "0") or 0)
-
-    @property
-    def sent_at_ms(self) -> int | None:
-        raw = self.attributes.get("SentTimestamp")
-        return int(raw) if raw and raw.isdigit() else None
-
-    @property
-    def job_id(self) -> str | None:
-        """The body's jobId when the body is a JSON object that has one (the body need not be a valid job)."""
-        try:
-            document = json.loads(self.body)
-        except ValueError:
-            return None
-        job_id = document.get("jobId") if isinstance(document, dict) else None
-        return job_id if isinstance(job_id, str) and job_id else None
-
-    def summary(self) -> dict[str, Any]:
-        return {
-            "messageId": self.message_id,
-            "groupId": self.group_id,
-            "workspaceId": self.workspace_id,
-            "jobId": self.job_id,
-            "sequenceNumber": self.sequence_number,
-            "receiveCount": self.receive_count,
-            "sentAt": self.sent_at_ms,
-        }
-
-
-@dataclass(frozen=True)
-class Listing:
-    """What one read saw: the messages in each group's order, and how many the queue says it holds."""
-
-    messages: list[DeadLetter]
-    approximate_total: int
-
-    @property
-    def unseen(self) -> int:
-        """Messages the queue counts but the read could not see (behind earlier messages of their group)."""
-        return max(0, self.approximate_total - len(self.messages))
-
-
-class RedriveOutcome(StrEnum):
-    PARKED = "PARKED"  # parked with its original SequenceNumber, workspace halted; deleted from the DLQ
-    REJECTED = "REJECTED"  # not a valid job message: recorded REJECTED, workspace halted; deleted from the DLQ
-    NO_WORKSPACE = "NO_WORKSPACE"  # its group names no workspace: recorded REJECTED under msg#<id>; deleted
-    ALREADY_DONE = "ALREADY_DONE"  # the job took effect (SUCCEEDED or SKIPPED): deleted only
-    ALREADY_SETTLED = "ALREADY_SETTLED"  # the job is PARKED, DEAD or REJECTED already, its halt on record: deleted
-    CONFLICT = "CONFLICT"  # the jobId belongs to a job with another payload: deleted without effect, as the worker does
-    STALE_MARKER = "STALE_MARKER"  # a drain marker of no current resume (or malformed): deleted without effect
-    LEFT = "LEFT"  # could not be settled now (see detail); left in the DLQ, and its group stopped
-    STOPPED = "STOPPED"  # behind a message of its group that was left; left in the DLQ
-
-
-@dataclass(frozen=True)
-class RedriveResult:
-    message_id: str
-    workspace_id: str | None
-    job_id: str | None
-    sequence_number: str | None
-    outcome: RedriveOutcome
-    detail: str
-    deleted: bool
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "messageId": self.message_id,
-            "workspaceId": self.workspace_id,
-            "jobId": self.job_id,
-            "sequenceNumber": self.sequence_number,
-            "outcome": str(self.outcome),
-            "detail": self.detail,
-            "deleted": self.deleted,
-        }
 
 
 @dataclass
@@ -173,13 +69,6 @@ class _Held:
 
     def forget(self, message_id: str) -> None:
         self.messages.pop(message_id, None)
-
-
-def sequence_key(sequence_number: str | None) -> tuple[int, int]:
-    """Order by SequenceNumber as a number (SQS's are decimal strings); missing ones last."""
-    if sequence_number and sequence_number.isdigit():
-        return (0, int(sequence_number))
-    return (1, 0)
 
 
 class DeadLetterQueue:
@@ -207,7 +96,7 @@ class DeadLetterQueue:
             for _ in self._receive_until_quiet(held):
                 pass
             messages = [m for m in held.messages.values() if select(m)]
-        return Listing(messages=_in_group_order(messages), approximate_total=self.approximate_depth())
+        return Listing(messages=in_group_order(messages), approximate_total=self.approximate_depth())
 
     def find(self, message_id: str) -> DeadLetter | None:
         """One message by its MessageId (read like `read`, nothing deleted)."""
@@ -297,11 +186,13 @@ class DeadLetterQueue:
         stopped_groups: set[str | None] = set()
         with self._holding() as held:
             for batch in self._receive_until_quiet(held):
-                for message in _in_group_order(batch):
+                for message in in_group_order(batch):
                     if not select_workspace(message.workspace_id):
                         continue  # held until the end, then made visible again
                     if message.group_id in stopped_groups:
-                        result = _result(message, RedriveOutcome.STOPPED, "behind a message of its group that was left")
+                        result = redrive_result(
+                            message, RedriveOutcome.STOPPED, "behind a message of its group that was left"
+                        )
                     else:
                         result = self._redrive_one(guard, message, owner_of, max_receive_count)
                         if result.deleted:
@@ -319,14 +210,14 @@ class DeadLetterQueue:
         owner_of: Callable[[str], str | None],
         max_receive_count: int | None,
     ) -> RedriveResult:
-        if message.message_attributes.get("type") == DRAIN_MESSAGE_TYPE and not _is_current_marker(guard, message):
+        if message.message_attributes.get("type") == DRAIN_MESSAGE_TYPE and not is_current_marker(guard, message):
             # The worker acknowledges such a marker without effect; rejecting it would halt a workspace for nothing.
             return self._deleted(message, RedriveOutcome.STALE_MARKER, "a drain marker of no current resume; no effect")
         if message.workspace_id is None:
             return self.drop(guard, message, reason="dead-lettered by the queue")
         workspace_id = message.workspace_id
         owner = owner_of(workspace_id)
-        job, problem = _parse_job_message(message)
+        job, problem = parse_job_message(message)
         claimed = (job.tenant_id if job else None) or message.message_attributes.get("tenantId")
         if job is not None and owner is not None and claimed not in (None, owner):
             problem = f"message names tenant {claimed} but workspace {workspace_id} belongs to another tenant"
@@ -343,12 +234,14 @@ class DeadLetterQueue:
                 body=message.body,
             )
             if not rejected:
-                return _result(message, RedriveOutcome.LEFT, "the rejection could not be recorded")
+                return redrive_result(message, RedriveOutcome.LEFT, "the rejection could not be recorded")
             return self._deleted(message, RedriveOutcome.REJECTED, f"not a valid job message ({problem}); halted")
 
         tenant_id = owner or claimed
         if tenant_id is None:
-            return _result(message, RedriveOutcome.LEFT, "the message names no tenant; send it again through the API")
+            return redrive_result(
+                message, RedriveOutcome.LEFT, "the message names no tenant; send it again through the API"
+            )
         job = job if job.tenant_id else job.model_copy(update={"tenant_id": tenant_id})
         record = guard.get_job(tenant_id, job.job_id) or {}
         status = record.get("status")
@@ -361,7 +254,9 @@ class DeadLetterQueue:
         if status in (JobStatus.PARKED, JobStatus.DEAD, JobStatus.REJECTED):
             return self._deleted(message, RedriveOutcome.ALREADY_SETTLED, f"job is {status}: its halt is on record")
         if status == JobStatus.IN_FLIGHT and int(record.get("leaseExpiresAt", 0)) >= guard.now():
-            return _result(message, RedriveOutcome.LEFT, "a worker holds the job's lease; redrive again after it ends")
+            return redrive_result(
+                message, RedriveOutcome.LEFT, "a worker holds the job's lease; redrive again after it ends"
+            )
 
         sequence_number = record.get("sequenceNumber") or message.sequence_number
         receives = max_receive_count or message.receive_count
@@ -375,7 +270,7 @@ class DeadLetterQueue:
         )
         if not parked:
             now = (guard.get_job(tenant_id, job.job_id) or {}).get("status")
-            return _result(message, RedriveOutcome.LEFT, f"could not park the job (now {now}); redrive again")
+            return redrive_result(message, RedriveOutcome.LEFT, f"could not park the job (now {now}); redrive again")
         return self._deleted(message, RedriveOutcome.PARKED, f"parked at SequenceNumber {sequence_number}; halted")
 
     def drop(self, guard: JobGuard, message: DeadLetter, *, reason: str) -> RedriveResult:
@@ -403,68 +298,17 @@ class DeadLetterQueue:
 
     def _deleted(self, message: DeadLetter, outcome: RedriveOutcome, detail: str) -> RedriveResult:
         self._delete(message)
-        return _result(message, outcome, detail, deleted=True)
+        return redrive_result(message, outcome, detail, deleted=True)
 
 
-def registered_owners(client: DynamoDBClient, table_name: str) -> Callable[[str], str | None]:
-    """`owner_of` for `DeadLetterQueue.redrive`: a workspace's registered owner, read from the table (None when
-    nobody registered it)."""
-    registry = WorkspaceRegistry(client, table_name)
-
-    def owner_of(workspace_id: str) -> str | None:
-        registered = registry.get(workspace_id)
-        return registered.tenant_id if registered else None
-
-    return owner_of
-
-
-def _result(message: DeadLetter, outcome: RedriveOutcome, detail: str, *, deleted: bool = False) -> RedriveResult:
-    return RedriveResult(
-        message_id=message.message_id,
-        workspace_id=message.workspace_id,
-        job_id=message.job_id,
-        sequence_number=message.sequence_number,
-        outcome=outcome,
-        detail=detail,
-        deleted=deleted,
-    )
-
-
-def _in_group_order(messages: list[DeadLetter]) -> list[DeadLetter]:
-    """Groups in order of first appearance, each group's messages by SequenceNumber (the queue's own order)."""
-    first_seen: dict[str | None, int] = {}
-    for index, message in enumerate(messages):
-        first_seen.setdefault(message.group_id, index)
-    return sorted(messages, key=lambda m: (first_seen[m.group_id], sequence_key(m.sequence_number)))
-
-
-def _is_current_marker(guard: JobGuard, message: DeadLetter) -> bool:
-    """A drain marker of its own group's workspace whose resume is still under way (RESUMING with its resumeId). Such
-    a marker is rejected like any other message that is not a job: that halts the workspace, and the operator's resume
-    (skip) sends a fresh marker."""
-    try:
-        marker = DrainMarker.model_validate_json(message.body)
-    except ValueError:
-        return False
-    if message.group_id != workspace_group_id(marker.workspace_id):
-        return False
-    workspace = guard.get_workspace(marker.workspace_id) or {}
-    return workspace.get("state") == WorkspaceState.RESUMING and workspace.get("resumeId") == marker.resume_id
-
-
-def _parse_job_message(message: DeadLetter) -> tuple[JobMessage | None, str]:
-    """The job message, validated as the worker validates it, or None and what is wrong with it."""
-    try:
-        job = parse_queue_message(message.body)
-        if job.payload is not None:  # a pointer's payload is checked when the job runs, as the worker does
-            job.request()
-    except ValueError as error:
-        return None, _first_line(error)
-    if message.group_id != workspace_group_id(job.workspace_id):
-        return None, f"message group {message.group_id!r} is not workspace {job.workspace_id!r}'s group"
-    return job, ""
-
-
-def _first_line(error: Exception) -> str:
-    text = str(error).strip().splitlines()
-    return " ".join(text[:3])[:300] if text else type(error).__name__
+__all__ = [
+    "DEFAULT_HOLD_SECONDS",
+    "MAX_RECEIVES",
+    "DeadLetter",
+    "DeadLetterQueue",
+    "Listing",
+    "RedriveOutcome",
+    "RedriveResult",
+    "registered_owners",
+    "sequence_key",
+]

@@ -9,232 +9,38 @@ start), and then serves invocations over a pipe while it stays warm.
 As in Lambda, an invocation ends in one of these outcomes (`Outcome`): a JSON-serialisable response; a function
 error (the handler raised: the environment stays warm, as Lambda keeps it after a function error); a timeout (the
 deadline passed: the process is killed); a crash (the process died: `os._exit`, a signal, `sys.exit`). Init errors
-(the handler module failed to import, or the bootstrap hook failed) are their own outcome. This module imports only
-the standard library and `agent_jobs_local.event_source`, so the environment starts without the caller's
-dependencies loaded.
+(the handler module failed to import, or the bootstrap hook failed) are their own outcome. This module and its
+siblings `environment_spec` (the spec, the outcomes, the environment variables) and `environment_process` (what runs
+inside the process) import only the standard library and `agent_jobs_local.event_source`, so the environment starts
+without the caller's dependencies loaded.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import enum
-import importlib
 import json
 import os
 import subprocess
 import sys
 import threading
 import time
-import traceback
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
-from pathlib import Path
 from typing import Any, Final
 
-from agent_jobs_local.event_source import LambdaContextStub
-
-PROJECT_ROOT: Final = Path(__file__).resolve().parent.parent
-# Lambda gives the Init phase 10 s; several local environments starting at once on a small machine need more.
-INIT_TIMEOUT_SECONDS: Final = 60.0
-# Environment variables a process needs to run at all, passed through from the caller's environment.
-PASSTHROUGH_VARIABLES: Final = (
-    "PATH",
-    "HOME",
-    "LANG",
-    "LC_ALL",
-    "LC_CTYPE",
-    "TMPDIR",
-    "TEMP",
-    "TMP",
-    "SYSTEMROOT",
-    "AWS_ACCESS_KEY_ID",
-    "AWS_SECRET_ACCESS_KEY",
-    "AWS_SESSION_TOKEN",
-    "AWS_PROFILE",
-    "AWS_CONFIG_FILE",
-    "AWS_SHARED_CREDENTIALS_FILE",
-    "AWS_CA_BUNDLE",
+from agent_jobs_local.environment_process import serve
+from agent_jobs_local.environment_spec import (
+    PASSTHROUGH_VARIABLES,
+    PROJECT_ROOT,
+    FunctionSpec,
+    InvocationResult,
+    Outcome,
+    lambda_environment,
 )
 
-
-class Outcome(enum.StrEnum):
-    OK = "ok"
-    FUNCTION_ERROR = "function_error"
-    TIMEOUT = "timeout"
-    CRASH = "crash"
-    INIT_ERROR = "init_error"
-
-
-@dataclass(frozen=True)
-class FunctionSpec:
-    """Everything the environment's process needs; picklable, so it crosses to the spawned interpreter.
-
-    `handler` is Lambda's `module.function` (the module may be a dotted or slash-separated path inside `code_dir`).
-    `bootstrap` is an optional `"package.module:function"` called as `function(handler_module, bootstrap_config)`
-    right after the handler module is imported and before the handler is looked up, so it may wrap or replace it.
-    """
-
-    function_id: str
-    code_dir: Path
-    handler: str
-    environment: Mapping[str, str]
-    layer_dirs: Sequence[Path] = ()
-    memory_size_mb: int = 128
-    bootstrap: str | None = None
-    bootstrap_config: Mapping[str, Any] | None = None
-    extra_sys_path: Sequence[Path] = (PROJECT_ROOT,)
-
-    @property
-    def module_name(self) -> str:
-        module, _, _ = self.handler.rpartition(".")
-        if not module:
-            raise ValueError(f"{self.function_id} Handler {self.handler!r} is not 'module.function'")
-        return module.replace("/", ".")
-
-    @property
-    def function_name(self) -> str:
-        return self.handler.rpartition(".")[2]
-
-
-@dataclass(frozen=True)
-class InvocationResult:
-    outcome: Outcome
-    response: Any = None
-    error: str | None = None
-    duration_seconds: float = 0.0
-
-
-@dataclass
-class _ErrorPayload:
-    error_type: str
-    message: str
-    trace: list[str] = field(default_factory=list)
-
-    def text(self) -> str:
-        return f"{self.error_type}: {self.message}"
-
-
-def lambda_environment(
-    spec_environment: Mapping[str, str],
-    *,
-    function_id: str,
-    handler: str,
-    code_dir: Path,
-    region: str,
-    timeout_seconds: float,
-    memory_size_mb: int,
-    endpoint_url: str | None,
-) -> dict[str, str]:
-    """The environment a function process sees: a few variables of the caller's (PATH, HOME, locale, credentials),
-    Lambda's reserved variables, then the function's own, then AWS_ENDPOINT_URL when an endpoint is given.
-
-    `AWS_SAM_LOCAL=true` is set as `sam local` sets it (Powertools then keeps tracing off locally). Fake credentials
-    are added when the caller has none, so clients of a local emulator sign their requests.
-    """
-    environment = {name: os.environ[name] for name in PASSTHROUGH_VARIABLES if name in os.environ}
-    environment.update(
-        {
-            "AWS_REGION": region,
-            "AWS_DEFAULT_REGION": region,
-            "AWS_LAMBDA_FUNCTION_NAME": function_id,
-            "AWS_LAMBDA_FUNCTION_VERSION": "$LATEST",
-            "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(memory_size_mb),
-            "AWS_LAMBDA_FUNCTION_TIMEOUT": str(max(1, round(timeout_seconds))),
-            "AWS_LAMBDA_LOG_GROUP_NAME": f"/aws/lambda/{function_id}",
-            "AWS_EXECUTION_ENV": "AWS_Lambda_python3.13",
-            "LAMBDA_TASK_ROOT": str(code_dir),
-            "_HANDLER": handler,
-            "AWS_SAM_LOCAL": "true",
-        }
-    )
-    environment.update(spec_environment)
-    if endpoint_url is not None:
-        environment["AWS_ENDPOINT_URL"] = endpoint_url
-    if "AWS_ACCESS_KEY_ID" not in environment and "AWS_PROFILE" not in environment:
-        environment["AWS_ACCESS_KEY_ID"] = "testing"
-        environment["AWS_SECRET_ACCESS_KEY"] = "testing"
-    return environment
-
-
-# --- Inside the environment's process -----------------------------------------------------------------------------
-
-
-def _is_installed_location(path: Path) -> bool:
-    prefixes = {Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve(), Path(sys.exec_prefix).resolve()}
-    return "site-packages" in path.parts or any(prefix == path or prefix in path.parents for prefix in prefixes)
-
-
-def _function_sys_path(spec: FunctionSpec, inherited: Sequence[str]) -> list[str]:
-    """/var/task, /opt/python, the interpreter's own paths; never the project's other source folders."""
-    project = PROJECT_ROOT
-    kept: list[str] = []
-    for entry in inherited:
-        if not entry:
-            continue  # the working directory: Lambda's is /var/task, already first
-        path = Path(entry).resolve()
-        if (path == project or project in path.parents) and not _is_installed_location(path):
-            continue
-        kept.append(entry)
-    own = [str(spec.code_dir), *(str(layer) for layer in spec.layer_dirs)]
-    extra = [str(path) for path in spec.extra_sys_path]
-    return list(dict.fromkeys([*own, *kept, *extra]))
-
-
-def _error_payload(error: BaseException) -> _ErrorPayload:
-    return _ErrorPayload(
-        error_type=type(error).__name__,
-        message=str(error),
-        trace=traceback.format_exception(type(error), error, error.__traceback__),
-    )
-
-
-def _resolve_bootstrap(reference: str) -> Any:
-    module_name, _, attribute = reference.partition(":")
-    if not module_name or not attribute:
-        raise ValueError(f"worker bootstrap {reference!r} is not 'package.module:function'")
-    return getattr(importlib.import_module(module_name), attribute)
-
-
-def serve(requests: Connection, replies: Connection, spec: FunctionSpec) -> None:
-    """The environment's process: init once, then answer invocations until told to stop or the caller is gone."""
-    try:
-        os.environ.clear()
-        os.environ.update(spec.environment)
-        sys.path[:] = _function_sys_path(spec, sys.path)
-        os.chdir(spec.code_dir)
-        importlib.invalidate_caches()
-        module = importlib.import_module(spec.module_name)
-        if spec.bootstrap:
-            _resolve_bootstrap(spec.bootstrap)(module, dict(spec.bootstrap_config or {}))
-        handler = getattr(module, spec.function_name)
-    except Exception as error:
-        payload = _error_payload(error)
-        sys.stderr.write("".join(payload.trace))
-        replies.send(("init_error", payload.text()))
-        return
-    replies.send(("ready", None))
-    while True:
-        try:
-            message = requests.recv()
-        except (EOFError, OSError):
-            return
-        if message[0] != "invoke":
-            return
-        _, event, timeout_seconds = message
-        context = LambdaContextStub(
-            timeout_seconds=timeout_seconds, function_name=spec.function_id, memory_limit_in_mb=spec.memory_size_mb
-        )
-        try:
-            # Lambda serialises the response as JSON: what cannot be serialised is a function error there too.
-            response = json.dumps(handler(event, context))
-        except Exception as error:
-            payload = _error_payload(error)
-            sys.stderr.write("".join(payload.trace))
-            replies.send(("error", payload.text()))
-            continue
-        replies.send(("result", response))
+# Lambda gives the Init phase 10 s; several local environments starting at once on a small machine need more.
+INIT_TIMEOUT_SECONDS: Final = 60.0
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -452,6 +258,8 @@ class EnvironmentPool:
 
 __all__ = [
     "INIT_TIMEOUT_SECONDS",
+    "PASSTHROUGH_VARIABLES",
+    "PROJECT_ROOT",
     "EnvironmentPool",
     "ExecutionEnvironment",
     "FunctionSpec",

@@ -34,22 +34,25 @@ returns), Lambda's gradual scaling of pollers (all `concurrency` pollers start a
 
 from __future__ import annotations
 
-import collections
 import logging
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from agent_jobs_local.event_source import receive_event, settle
-from agent_jobs_local.execution_environment import (
-    ExecutionEnvironment,
-    FunctionSpec,
-    InvocationResult,
-    Outcome,
-    lambda_environment,
+from agent_jobs_local.execution_environment import ExecutionEnvironment, InvocationResult, Outcome
+from agent_jobs_local.poller_records import InvocationLedger, InvocationRecord, PollerStats, reported_failures
+from agent_jobs_local.poller_setup import (
+    DEFAULT_CONCURRENCY,
+    PROJECT_ROOT,
+    REPORT_BATCH_ITEM_FAILURES,
+    EventSourceError,
+    check_event_source,
+    template_concurrency,
+    worker_function_spec,
 )
 
 if TYPE_CHECKING:
@@ -57,95 +60,12 @@ if TYPE_CHECKING:
 
     from agent_jobs_local.template import TemplateModel
 
-PROJECT_ROOT: Final = Path(__file__).resolve().parent.parent
-REPORT_BATCH_ITEM_FAILURES: Final = "ReportBatchItemFailures"
-# Lambda starts five pollers for an SQS event source without a MaximumConcurrency.
-DEFAULT_CONCURRENCY: Final = 5
 # Time for the event and the answer to cross the pipe, on top of the invocation's Timeout.
 INVOCATION_SLACK_SECONDS: Final = 0.5
 _FIRST_POLL_PAUSE: Final = 0.05
 _LONGEST_POLL_PAUSE: Final = 1.0
-_LOG_LENGTH: Final = 10_000
 
 logger = logging.getLogger(__name__)
-
-
-class EventSourceError(ValueError):
-    """The template's event source cannot be run as Lambda would; the message says what to change."""
-
-
-@dataclass
-class PollerStats:
-    """What the event source mapping has done so far. The poller counts into one instance under its lock;
-    `EventSourcePoller.stats` hands out a consistent copy.
-
-    `batches` counts non-empty receives; `invocations` counts handler invocations started (a batch whose environment
-    failed to initialise is an `init_errors`, not an invocation). Every received record ends up in exactly one of
-    `records_deleted`, `records_reported_failed` (listed in a normal response's batchItemFailures) or
-    `records_in_failed_invocations` (a function error, timeout, crash, malformed response or init error, or a
-    DeleteMessageBatch call that failed: all of them are left to the queue).
-    `batch_sizes` maps a batch size to how many invocations received a batch of that size.
-    """
-
-    invocations: int = 0
-    cold_starts: int = 0
-    init_errors: int = 0
-    timeouts: int = 0
-    crashes: int = 0
-    handler_errors: int = 0
-    malformed_responses: int = 0
-    batches: int = 0
-    records_received: int = 0
-    records_deleted: int = 0
-    records_reported_failed: int = 0
-    records_in_failed_invocations: int = 0
-    max_concurrent_invocations: int = 0
-    batch_sizes: dict[int, int] = field(default_factory=dict)
-
-    @property
-    def largest_batch(self) -> int:
-        return max(self.batch_sizes, default=0)
-
-    @property
-    def failed_invocations(self) -> int:
-        return self.timeouts + self.crashes + self.handler_errors + self.malformed_responses
-
-
-@dataclass(frozen=True)
-class InvocationRecord:
-    """One batch's fate, in the order batches were received. `outcome` is an `Outcome` value ("ok", "function_error",
-    "timeout", "crash", "init_error"), "malformed" (a response Lambda counts as a failed batch) or "settle_error"."""
-
-    poller: int
-    cold_start: bool
-    message_ids: tuple[str, ...]
-    outcome: str
-    error: str | None
-    deleted: int
-    reported_failed: int
-    duration_seconds: float
-    environment_pid: int | None
-
-
-def reported_failures(response: Any, message_ids: Sequence[str]) -> set[str] | None:
-    """The message ids a response reports failed, by Lambda's rules; None when the whole batch counts as failed."""
-    if response is None:
-        return set()
-    if not isinstance(response, dict):
-        return None
-    failures = response.get("batchItemFailures")
-    if failures is None:
-        return set()
-    if not isinstance(failures, list):
-        return None
-    known = set(message_ids)
-    reported: set[str] = set()
-    for failure in failures:
-        identifier = failure.get("itemIdentifier") if isinstance(failure, dict) else None
-        if not isinstance(identifier, str) or identifier not in known:
-            return None
-        reported.add(identifier)
-    return reported
 
 
 class EventSourcePoller:
@@ -191,20 +111,9 @@ class EventSourcePoller:
     ) -> None:
         if time_scale <= 0:
             raise ValueError(f"time_scale must be positive, got {time_scale}")
+        check_event_source(model, queue_arn)
         worker = model.worker
         source, function = worker.event_source, worker.function
-        if REPORT_BATCH_ITEM_FAILURES not in source.function_response_types:
-            raise EventSourceError(
-                f"{function.function_id}'s SQS event source has FunctionResponseTypes "
-                f"{list(source.function_response_types)}; add {REPORT_BATCH_ITEM_FAILURES} to run it: without it "
-                "Lambda ignores batchItemFailures and deletes or retries whole batches"
-            )
-        expected_queue = model.queue_name(source.queue_id)
-        if queue_arn.rsplit(":", 1)[-1] != expected_queue:
-            raise EventSourceError(
-                f"{function.function_id} consumes {source.queue_id} ({expected_queue}), not {queue_arn}: pass the "
-                "queue the template's event source names"
-            )
         self.model = model
         self.function_id = function.function_id
         self.queue_url = queue_url
@@ -219,37 +128,19 @@ class EventSourcePoller:
         if self.concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {self.concurrency}")
         self.poll_wait_seconds = poll_wait_seconds
-        base = (template_dir or PROJECT_ROOT).resolve()
-        code_dir = (base / function.code_uri).resolve()
-        if not code_dir.is_dir():
-            raise EventSourceError(f"{function.function_id} CodeUri {function.code_uri} is not a folder ({code_dir})")
-        layers = [Path(p).resolve() for p in layer_paths] if layer_paths is not None else self._layer_dirs(model, base)
-        environment = lambda_environment(
+        self.spec = worker_function_spec(
+            model,
             function_env,
-            function_id=function.function_id,
-            handler=function.handler,
-            code_dir=code_dir,
             region=region,
-            timeout_seconds=self.invocation_timeout_seconds,
-            memory_size_mb=function.memory_size_mb,
             endpoint_url=endpoint_url,
+            timeout_seconds=self.invocation_timeout_seconds,
+            worker_bootstrap=worker_bootstrap,
+            bootstrap_config=bootstrap_config,
+            layer_paths=layer_paths,
+            template_dir=template_dir,
         )
-        self.spec = FunctionSpec(
-            function_id=function.function_id,
-            code_dir=code_dir,
-            handler=function.handler,
-            environment=environment,
-            layer_dirs=tuple(layers),
-            memory_size_mb=function.memory_size_mb,
-            bootstrap=worker_bootstrap,
-            bootstrap_config=dict(bootstrap_config) if bootstrap_config is not None else None,
-        )
-        self.spec.module_name  # noqa: B018 - refuse a malformed Handler now, not in every environment
 
-        self._lock = threading.Lock()
-        self._counters = PollerStats()
-        self._active = 0
-        self._log: collections.deque[InvocationRecord] = collections.deque(maxlen=_LOG_LENGTH)
+        self._ledger = InvocationLedger()
         self._stopping = threading.Event()
         self._threads: list[threading.Thread] = []
 
@@ -258,25 +149,7 @@ class EventSourcePoller:
     @staticmethod
     def template_concurrency(model: TemplateModel) -> int:
         """The worker's concurrency the template allows: MaximumConcurrency and ReservedConcurrentExecutions."""
-        worker = model.worker
-        limits = [n for n in (worker.maximum_concurrency, worker.function.reserved_concurrency) if n is not None]
-        return min(limits) if limits else DEFAULT_CONCURRENCY
-
-    def _layer_dirs(self, model: TemplateModel, base: Path) -> list[Path]:
-        layers = model.function_properties(self.function_id).get("Layers") or []
-        folders: list[Path] = []
-        for layer in layers:
-            logical_id = layer.get("Ref") if isinstance(layer, dict) else None
-            spec = model.resources.get(logical_id) if isinstance(logical_id, str) else None
-            if not spec or spec.get("Type") != "AWS::Serverless::LayerVersion":
-                continue  # a layer from outside the template (an ARN) has no local source
-            content = (spec.get("Properties") or {}).get("ContentUri")
-            if isinstance(content, str):
-                folder = (base / content).resolve()
-                if not folder.is_dir():
-                    raise EventSourceError(f"layer {logical_id} ContentUri {content} is not a folder ({folder})")
-                folders.append(folder)
-        return folders
+        return template_concurrency(model)
 
     # --- lifecycle ---------------------------------------------------------------------------------------------
 
@@ -313,14 +186,11 @@ class EventSourcePoller:
 
     @property
     def stats(self) -> PollerStats:
-        with self._lock:
-            counters = self._counters
-            return replace(counters, batch_sizes=dict(sorted(counters.batch_sizes.items())))
+        return self._ledger.stats
 
     def invocation_log(self) -> list[InvocationRecord]:
         """The most recent batches (up to 10 000), oldest first."""
-        with self._lock:
-            return list(self._log)
+        return self._ledger.invocation_log()
 
     def queue_depth(self, sqs: SQSClient | None = None) -> int:
         """Messages visible, in flight or delayed on the queue (SQS's approximate counts)."""
@@ -414,8 +284,7 @@ class EventSourcePoller:
     def _start_environment(self) -> ExecutionEnvironment:
         """A new environment, through its Init phase (whose outcome it keeps as `init`)."""
         environment = ExecutionEnvironment(self.spec)
-        with self._lock:
-            self._counters.cold_starts += 1
+        self._ledger.cold_start()
         environment.wait_until_ready()
         return environment
 
@@ -423,9 +292,7 @@ class EventSourcePoller:
         self, index: int, sqs: SQSClient, event: dict[str, Any], environment: ExecutionEnvironment | None
     ) -> ExecutionEnvironment | None:
         message_ids = tuple(str(record["messageId"]) for record in event["Records"])
-        with self._lock:
-            self._counters.batches += 1
-            self._counters.records_received += len(message_ids)
+        self._ledger.batch_received(len(message_ids))
 
         if environment is None or (not environment.alive and environment.wait_until_ready().outcome is Outcome.OK):
             environment = self._start_environment()
@@ -433,88 +300,53 @@ class EventSourcePoller:
         init = environment.wait_until_ready()
         if init.outcome is not Outcome.OK:
             # As in Lambda, a failed Init fails the invocation it was started for: the batch returns to the queue.
-            self._record(index, cold_start, message_ids, init, environment.pid, outcome=str(init.outcome))
+            self._ledger.record(index, cold_start, message_ids, init, environment.pid, outcome=str(init.outcome))
             return None
 
-        with self._lock:
-            self._active += 1
-            self._counters.max_concurrent_invocations = max(self._counters.max_concurrent_invocations, self._active)
-        try:
+        with self._ledger.invocation():
             result = environment.invoke(
                 event, timeout_seconds=self.invocation_timeout_seconds, slack_seconds=INVOCATION_SLACK_SECONDS
             )
-        finally:
-            with self._lock:
-                self._active -= 1
 
-        deleted: list[str] = []
-        reported: set[str] = set()
-        outcome = str(result.outcome)
-        if result.outcome is Outcome.OK:
-            failures = reported_failures(result.response, message_ids)
-            if failures is None:
-                outcome = "malformed"
-            else:
-                reported = failures
-                try:
-                    deleted = settle(
-                        sqs, self.queue_url, event, {"batchItemFailures": [{"itemIdentifier": i} for i in failures]}
-                    )
-                except Exception as error:  # the records stay on the queue until their visibility timeout
-                    outcome = "settle_error"
-                    result = replace(result, error=f"DeleteMessageBatch failed: {error!r}")
-        self._record(
+        outcome, result, deleted, reported = _settle_batch(sqs, self.queue_url, event, result, message_ids)
+        self._ledger.record(
             index, cold_start, message_ids, result, environment.pid, outcome=outcome, deleted=deleted, reported=reported
         )
         return environment if result.outcome in (Outcome.OK, Outcome.FUNCTION_ERROR) else None
 
-    def _record(
-        self,
-        index: int,
-        cold_start: bool,
-        message_ids: tuple[str, ...],
-        result: InvocationResult,
-        pid: int | None,
-        *,
-        outcome: str,
-        deleted: Sequence[str] = (),
-        reported: set[str] | None = None,
-    ) -> None:
-        reported = reported or set()
-        with self._lock:
-            counters = self._counters
-            if outcome == str(Outcome.INIT_ERROR):
-                counters.init_errors += 1
-            else:
-                counters.invocations += 1
-                counters.batch_sizes[len(message_ids)] = counters.batch_sizes.get(len(message_ids), 0) + 1
-            match outcome:
-                case Outcome.TIMEOUT:
-                    counters.timeouts += 1
-                case Outcome.CRASH:
-                    counters.crashes += 1
-                case Outcome.FUNCTION_ERROR:
-                    counters.handler_errors += 1
-                case "malformed":
-                    counters.malformed_responses += 1
-            if outcome == str(Outcome.OK):
-                counters.records_deleted += len(deleted)
-                counters.records_reported_failed += len(reported)
-            else:
-                counters.records_in_failed_invocations += len(message_ids)
-            self._log.append(
-                InvocationRecord(
-                    poller=index,
-                    cold_start=cold_start,
-                    message_ids=message_ids,
-                    outcome=outcome,
-                    error=result.error,
-                    deleted=len(deleted),
-                    reported_failed=len(reported),
-                    duration_seconds=result.duration_seconds,
-                    environment_pid=pid,
+
+def _settle_batch(
+    sqs: SQSClient, queue_url: str, event: dict[str, Any], result: InvocationResult, message_ids: Sequence[str]
+) -> tuple[str, InvocationResult, list[str], set[str]]:
+    """Settle a batch as Lambda does after an invocation: on a well-formed response, delete the records it did not
+    report failed. The batch's outcome, the result (with the error of a failed delete), the deleted and the reported
+    message ids."""
+    deleted: list[str] = []
+    reported: set[str] = set()
+    outcome = str(result.outcome)
+    if result.outcome is Outcome.OK:
+        failures = reported_failures(result.response, message_ids)
+        if failures is None:
+            outcome = "malformed"
+        else:
+            reported = failures
+            try:
+                deleted = settle(
+                    sqs, queue_url, event, {"batchItemFailures": [{"itemIdentifier": i} for i in failures]}
                 )
-            )
+            except Exception as error:  # the records stay on the queue until their visibility timeout
+                outcome = "settle_error"
+                result = replace(result, error=f"DeleteMessageBatch failed: {error!r}")
+    return outcome, result, deleted, reported
 
 
-__all__ = ["EventSourceError", "EventSourcePoller", "InvocationRecord", "PollerStats", "reported_failures"]
+__all__ = [
+    "DEFAULT_CONCURRENCY",
+    "PROJECT_ROOT",
+    "REPORT_BATCH_ITEM_FAILURES",
+    "EventSourceError",
+    "EventSourcePoller",
+    "InvocationRecord",
+    "PollerStats",
+    "reported_failures",
+]

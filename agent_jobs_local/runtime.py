@@ -21,21 +21,28 @@ the functions' duration settings listed in `SCALED_DURATION_SETTINGS` are all mu
 
 from __future__ import annotations
 
-import json
-import os
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Final
+from typing import Any
 
 import boto3
 
 from agent_jobs_local.api_server import LocalApiServer, http_api_routes
 from agent_jobs_local.emulator import Emulator
-from agent_jobs_local.execution_environment import EnvironmentPool, FunctionSpec, lambda_environment
+from agent_jobs_local.execution_environment import EnvironmentPool
 from agent_jobs_local.lambda_endpoint import LocalLambdaEndpoint
 from agent_jobs_local.poller import EventSourcePoller
+from agent_jobs_local.runtime_aws import FAKE_CREDENTIALS, EnvironOverrides, aws_clients, scale_visibility_timeout
+from agent_jobs_local.runtime_files import CONTAINER_HOST, container_endpoint, write_connection_file, write_env_file
+from agent_jobs_local.runtime_functions import (
+    DEFAULT_API_CONCURRENCY,
+    SCALED_DURATION_SETTINGS,
+    function_environments,
+    producer_environments,
+    scale_durations,
+)
 from agent_jobs_local.template import (
     DEFAULT_LOCAL_STACK_NAME,
     DEFAULT_REGION,
@@ -45,35 +52,6 @@ from agent_jobs_local.template import (
     TemplateModel,
     provision,
 )
-
-# Environment variables that are durations: scaled by time_scale (integers, rounded, never below 0).
-SCALED_DURATION_SETTINGS: Final = ("TIME_SAFETY_MARGIN_MS", "BACKOFF_BASE_SECONDS", "BACKOFF_MAX_SECONDS")
-CONTAINER_HOST: Final = "host.docker.internal"
-_LOOPBACK_HOSTS: Final = ("127.0.0.1", "localhost", "0.0.0.0")
-_FAKE_CREDENTIALS: Final = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
-# How many requests the local HTTP API runs at once when the producer has no ReservedConcurrentExecutions.
-DEFAULT_API_CONCURRENCY: Final = 4
-
-
-def scale_durations(environment: Mapping[str, str], time_scale: float) -> dict[str, str]:
-    """`environment` with the `SCALED_DURATION_SETTINGS` it has multiplied by `time_scale`."""
-    scaled = dict(environment)
-    if time_scale != 1:
-        for name in SCALED_DURATION_SETTINGS:
-            if name in scaled:
-                scaled[name] = str(max(0, round(float(scaled[name]) * time_scale)))
-    return scaled
-
-
-def container_endpoint(endpoint_url: str) -> str:
-    """The emulator's URL as a container reaches the host (127.0.0.1 -> host.docker.internal)."""
-    for host in _LOOPBACK_HOSTS:
-        endpoint_url = endpoint_url.replace(f"//{host}:", f"//{CONTAINER_HOST}:").replace(
-            f"//{host}/", f"//{CONTAINER_HOST}/"
-        )
-        if endpoint_url.endswith(f"//{host}"):
-            endpoint_url = endpoint_url.removesuffix(host) + CONTAINER_HOST
-    return endpoint_url
 
 
 class LocalRuntime:
@@ -156,7 +134,7 @@ class LocalRuntime:
         self._function_env: dict[str, dict[str, str]] = {}
         self._api: LocalApiServer | None = None
         self._api_environments: EnvironmentPool | None = None
-        self._saved_environ: dict[str, str | None] = {}
+        self._environ = EnvironOverrides()
         self._poller: EventSourcePoller | None = None
         self._lambda_endpoint: LocalLambdaEndpoint | None = None
 
@@ -182,36 +160,41 @@ class LocalRuntime:
         )
         if self._endpoint_url is not None and boto3.Session().get_credentials() is None:
             # The event source's clients in this process sign their calls too; an emulator accepts any key.
-            self._set_environ(_FAKE_CREDENTIALS)
+            self._environ.set(FAKE_CREDENTIALS)
         resources = provision(self._clients(), model)
         if (resources.account_id, resources.region) != (model.account_id, model.region):
             model = model.for_account(account_id=resources.account_id, region=resources.region)
         self._model, self._resources = model, resources
-        self._scale_visibility_timeout()
+        scale_visibility_timeout(self._clients(), model, resources, self.time_scale)
 
         if model.directly_invoked_functions():
             self._lambda_endpoint = LocalLambdaEndpoint(
                 model, template_dir=self.template_path.parent, references=resources.references, bwrap=self.bwrap
             ).start()
 
-        worker_id = model.worker.function.function_id
-        for function_id in model.resources_of_type("AWS::Serverless::Function"):
-            environment = scale_durations(
-                model.function_environment(function_id, resources.references), self.time_scale
-            )
-            # The local stand-ins: file-system remotes under remotes_root, and the hosts (a fake GitHub) allowed.
-            environment["WORKSPACES_REMOTE_ROOT"] = str(self.remotes_root)
-            environment["ALLOWED_PRIVATE_HOSTS"] = ",".join(self.allowed_private_hosts)
-            if function_id == worker_id:
-                environment["WORKSPACES_ROOT"] = str(self.workspaces_root)
-                if self._lambda_endpoint is not None:
-                    # boto3 prefers the service's own endpoint variable to AWS_ENDPOINT_URL (the emulator).
-                    environment["AWS_ENDPOINT_URL_LAMBDA"] = self._lambda_endpoint.url
-                environment.update(self.extra_worker_env)
-            self._function_env[function_id] = environment
+        self._function_env = function_environments(
+            model,
+            resources,
+            time_scale=self.time_scale,
+            remotes_root=self.remotes_root,
+            allowed_private_hosts=self.allowed_private_hosts,
+            workspaces_root=self.workspaces_root,
+            lambda_url=self._lambda_endpoint.url if self._lambda_endpoint is not None else None,
+            extra_worker_env=self.extra_worker_env,
+        )
 
         producer_id = http_api_routes(model)[0].function_id
-        self._api_environments = self._producer_environments(producer_id)
+        self._api_environments = producer_environments(
+            model,
+            producer_id,
+            template_dir=self.template_path.parent,
+            function_env=self._function_env[producer_id],
+            region=resources.region,
+            endpoint_url=self._endpoint_url,
+            bootstrap=self.api_bootstrap,
+            bootstrap_config=self.api_bootstrap_config,
+            concurrency=self.api_concurrency,
+        )
         self._api = LocalApiServer(model, self._api_environments, function_id=producer_id, port=self.api_port).start()
 
         self._poller = EventSourcePoller(
@@ -219,7 +202,7 @@ class LocalRuntime:
             queue_url=resources.queue_url,
             queue_arn=resources.queue_arn,
             region=resources.region,
-            function_env=self._function_env[worker_id],
+            function_env=self._function_env[model.worker.function.function_id],
             endpoint_url=self._endpoint_url,
             time_scale=self.time_scale,
             concurrency=self.concurrency,
@@ -239,12 +222,7 @@ class LocalRuntime:
             self._api_environments = None
         if self._lambda_endpoint is not None:
             self._lambda_endpoint.stop()
-        for name, value in self._saved_environ.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-        self._saved_environ = {}
+        self._environ.restore()
         if self._emulator is not None:
             self._emulator.stop()
             self._emulator = None
@@ -260,70 +238,7 @@ class LocalRuntime:
     # --- parts -------------------------------------------------------------------------------------------------
 
     def _clients(self) -> AwsClients:
-        key: str | None = None
-        if self._endpoint_url is not None and boto3.Session().get_credentials() is None:
-            key = "testing"  # an emulator accepts any signature, but boto3 signs nothing without credentials
-        session = boto3.Session(region_name=self.region, aws_access_key_id=key, aws_secret_access_key=key)
-        return AwsClients.from_session(session, endpoint_url=self._endpoint_url)
-
-    def _scale_visibility_timeout(self) -> None:
-        """The jobs queue's VisibilityTimeout, scaled like the worker's Timeout (set even at scale 1, so a queue
-        left scaled by an earlier run on a long-lived emulator gets the template's value back)."""
-        model, resources = self.model, self.resources
-        attributes = model.queue_attributes(model.jobs_queue_id, resources.references)
-        if "VisibilityTimeout" not in attributes:
-            return
-        seconds = max(1, round(float(attributes["VisibilityTimeout"]) * self.time_scale))
-        self._clients().sqs.set_queue_attributes(
-            QueueUrl=resources.queue_url, Attributes={"VisibilityTimeout": str(seconds)}
-        )
-
-    def _set_environ(self, values: Mapping[str, str]) -> None:
-        for name, value in values.items():
-            self._saved_environ.setdefault(name, os.environ.get(name))
-            os.environ[name] = value
-
-    def _producer_environments(self, function_id: str) -> EnvironmentPool:
-        """The producer's execution environments: its CodeUri first on `sys.path`, its layers next, its environment
-        (with the emulator as AWS_ENDPOINT_URL), up to `api_concurrency` of them serving requests at once."""
-        model = self.model
-        settings = model.function_settings(function_id)
-        base = self.template_path.parent
-        code_dir = (base / settings.code_uri).resolve()
-        layers = [
-            self._layer_dir(model, layer, base) for layer in model.function_properties(function_id).get("Layers") or []
-        ]
-        environment = lambda_environment(
-            self._function_env[function_id],
-            function_id=function_id,
-            handler=settings.handler,
-            code_dir=code_dir,
-            region=self.resources.region,
-            timeout_seconds=settings.timeout_seconds,
-            memory_size_mb=settings.memory_size_mb,
-            endpoint_url=self._endpoint_url,
-        )
-        spec = FunctionSpec(
-            function_id=function_id,
-            code_dir=code_dir,
-            handler=settings.handler,
-            environment=environment,
-            layer_dirs=tuple(layer for layer in layers if layer is not None),
-            memory_size_mb=settings.memory_size_mb,
-            bootstrap=self.api_bootstrap,
-            bootstrap_config=self.api_bootstrap_config,
-        )
-        concurrency = self.api_concurrency or settings.reserved_concurrency or DEFAULT_API_CONCURRENCY
-        return EnvironmentPool(spec, timeout_seconds=settings.timeout_seconds, max_environments=concurrency)
-
-    @staticmethod
-    def _layer_dir(model: TemplateModel, layer: object, base: Path) -> Path | None:
-        logical_id = layer.get("Ref") if isinstance(layer, dict) else None
-        spec = model.resources.get(logical_id) if isinstance(logical_id, str) else None
-        if not spec or spec.get("Type") != "AWS::Serverless::LayerVersion":
-            return None
-        content = (spec.get("Properties") or {}).get("ContentUri")
-        return (base / content).resolve() if isinstance(content, str) else None
+        return aws_clients(self.region, self._endpoint_url)
 
     # --- what callers use --------------------------------------------------------------------------------------
 
@@ -381,49 +296,25 @@ class LocalRuntime:
     def write_connection_file(self, path: Path) -> Path:
         """Write the connection file the `agent-jobs` command line reads for this runtime (JSON): `apiUrl`,
         `endpointUrl` (the emulator), `region`, `tableName`, `queueUrl`, `deadLetterQueueUrl`."""
-        resources = self.resources
-        document = {
-            "apiUrl": self.api_url,
-            "endpointUrl": self.endpoint_url,
-            "region": resources.region,
-            "tableName": resources.table_name,
-            "queueUrl": resources.queue_url,
-            "deadLetterQueueUrl": resources.dlq_url,
-        }
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
-        return path
+        return write_connection_file(
+            path, api_url=self.api_url, endpoint_url=self.endpoint_url, resources=self.resources
+        )
 
     def write_env_file(self, path: Path, endpoint_for_containers: str | None = None) -> Path:
-        """Write a `sam local invoke --env-vars` / `sam local start-api --env-vars` file for these resources:
-        `{"EnqueueApiFunction": {"TABLE_NAME": ..., "QUEUE_URL": ..., "AWS_ENDPOINT_URL": ...}, "JobWorkerFunction":
-        {...}}`, with the template's (unscaled) values, since `sam local` runs the functions with their real Timeout.
-
-        A function named by reference (the worker's TEST_SANDBOX_FUNCTION) has the name this runtime serves it under;
-        a function without environment variables (the test sandbox) is left out.
-        AWS_ENDPOINT_URL is `endpoint_for_containers`, default the emulator's URL with its loopback host replaced by
-        host.docker.internal (how a function's container reaches this machine). SAM only applies variables the
-        template declares for the function, which is why template.yaml declares AWS_ENDPOINT_URL through its
-        EndpointUrl parameter: run `sam local ... --env-vars <file> --parameter-overrides EndpointUrl=<endpoint>`
-        (any non-empty value declares it; the file's value is the one used).
-        """
-        model, resources = self.model, self.resources
+        """Write a `sam local invoke --env-vars` / `sam local start-api --env-vars` file for these resources (see
+        `runtime_files.write_env_file`). AWS_ENDPOINT_URL is `endpoint_for_containers`, default the emulator's URL
+        with its loopback host replaced by host.docker.internal (how a function's container reaches this machine)."""
         endpoint = endpoint_for_containers
         if endpoint is None and self._endpoint_url is not None:
             endpoint = container_endpoint(self._endpoint_url)
-        document: dict[str, dict[str, str]] = {}
-        for function_id in model.resources_of_type("AWS::Serverless::Function"):
-            environment = model.function_environment(function_id, resources.references)
-            if not environment:
-                continue  # SAM applies only variables the template declares: the test sandbox declares none
-            if endpoint is not None:
-                environment["AWS_ENDPOINT_URL"] = endpoint
-            document[function_id] = environment
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-        return path
+        return write_env_file(path, self.model, self.resources, endpoint)
 
 
-__all__ = ["SCALED_DURATION_SETTINGS", "LocalRuntime", "container_endpoint", "scale_durations"]
+__all__ = [
+    "CONTAINER_HOST",
+    "DEFAULT_API_CONCURRENCY",
+    "SCALED_DURATION_SETTINGS",
+    "LocalRuntime",
+    "container_endpoint",
+    "scale_durations",
+]

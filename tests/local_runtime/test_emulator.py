@@ -224,7 +224,9 @@ def test_emulator_launcher_applies_every_correction(monkeypatch: pytest.MonkeyPa
     from moto.dynamodb import models as dynamodb_models
     from moto.sqs import models as sqs_models
 
-    from agent_jobs_local.emulator import _PATCHED, _TABLE_OPERATIONS, apply_fidelity_patches
+    from agent_jobs_local.emulator import apply_fidelity_patches
+    from agent_jobs_local.emulator_dynamodb import _TABLE_OPERATIONS
+    from agent_jobs_local.emulator_sqs import PATCHED as _PATCHED
 
     queue_operations = (*ATOMIC_QUEUE_OPERATIONS, "receive_message")
     for name in queue_operations:
@@ -367,7 +369,8 @@ def _transaction_scenario(monkeypatch: pytest.MonkeyPatch, *, patched: bool) -> 
     from moto import mock_aws
     from moto.dynamodb import models
 
-    from agent_jobs_local.emulator import _TABLE_OPERATIONS, patch_atomic_table_operations
+    from agent_jobs_local.emulator import patch_atomic_table_operations
+    from agent_jobs_local.emulator_dynamodb import _TABLE_OPERATIONS
 
     for name in _TABLE_OPERATIONS:
         monkeypatch.setattr(models.DynamoDBBackend, name, getattr(models.DynamoDBBackend, name))

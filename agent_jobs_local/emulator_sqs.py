@@ -1,0 +1,220 @@
+"""The emulator's SQS corrections, applied inside its process before moto serves (see `emulator` for why each is
+needed): FIFO SequenceNumbers in acceptance order, an expired FIFO batch redelivered in group order, and each SQS
+call atomic."""
+
+from __future__ import annotations
+
+import functools
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, Final
+
+SEQUENCE_NUMBER_DIGITS: Final = 20
+_NUMBERED: Final = "_agent_jobs_sequence_numbered"
+PATCHED: Final = "_agent_jobs_sequence_patch"  # marks a moto method the emulator's corrections replaced
+
+
+_sequence_lock = threading.RLock()
+_last_sequence_number = 0
+_accepting = threading.local()
+
+
+def next_sequence_number() -> str:
+    """The next FIFO SequenceNumber of this process: strictly increasing, 20 digits, zero-padded."""
+    global _last_sequence_number  # noqa: PLW0603
+    with _sequence_lock:
+        _last_sequence_number += 1
+        return f"{_last_sequence_number:0{SEQUENCE_NUMBER_DIGITS}d}"
+
+
+def _number(message: Any) -> None:
+    message.sequence_number = next_sequence_number()
+    setattr(message, _NUMBERED, True)
+
+
+def _accepting_scope(method: Callable[..., Any]) -> Callable[..., Any]:
+    """Marks the calling thread as sending, so messages joining a queue meanwhile are new sends, not DLQ moves."""
+
+    @functools.wraps(method)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        _accepting.depth = getattr(_accepting, "depth", 0) + 1
+        try:
+            return method(*args, **kwargs)
+        finally:
+            _accepting.depth -= 1
+
+    return wrapper
+
+
+def patch_fifo_sequence_numbers() -> None:
+    """Make moto's SQS number FIFO messages in acceptance order (idempotent; call before serving).
+
+    `SQSBackend.send_message` and `send_message_batch` are wrapped to mark the thread as sending; `Queue.add_message`
+    (where a sent message joins the queue) assigns the number under a lock held while the message is appended, so no
+    receiver can see a message before it has its number, and numbers follow append order. Messages moved to a
+    dead-letter queue keep theirs. Should a later moto send without `Queue.add_message`, the send wrappers number
+    the returned messages instead (still increasing, no longer atomic with acceptance). Raises RuntimeError when
+    moto's SQS no longer has these methods, rather than serving random numbers silently.
+    """
+    from moto.sqs import models
+
+    backend_class, queue_class = models.SQSBackend, models.Queue
+    for owner, name in (
+        (backend_class, "send_message"),
+        (backend_class, "send_message_batch"),
+        (queue_class, "add_message"),
+    ):
+        if not callable(getattr(owner, name, None)):
+            raise RuntimeError(
+                f"moto's {owner.__name__}.{name} is gone: agent_jobs_local.emulator cannot number FIFO messages; "
+                "update patch_fifo_sequence_numbers for this moto version"
+            )
+    if getattr(backend_class.send_message, PATCHED, False):
+        return
+
+    original_add_message = queue_class.add_message
+    original_send_message = backend_class.send_message
+    original_send_message_batch = backend_class.send_message_batch
+
+    @functools.wraps(original_add_message)
+    def add_message(self: Any, message: Any) -> None:
+        if not (self.fifo_queue and getattr(_accepting, "depth", 0) and not getattr(message, _NUMBERED, False)):
+            original_add_message(self, message)
+            return
+        with _sequence_lock:
+            _number(message)
+            original_add_message(self, message)
+
+    def number_unnumbered(message: Any) -> Any:
+        if message.sequence_number is not None and not getattr(message, _NUMBERED, False):
+            _number(message)
+        return message
+
+    @functools.wraps(original_send_message)
+    def send_message(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return number_unnumbered(_accepting_scope(original_send_message)(self, *args, **kwargs))
+
+    @functools.wraps(original_send_message_batch)
+    def send_message_batch(self: Any, *args: Any, **kwargs: Any) -> Any:
+        messages, failures = _accepting_scope(original_send_message_batch)(self, *args, **kwargs)
+        return [number_unnumbered(message) for message in messages], failures
+
+    setattr(send_message, PATCHED, True)
+    queue_class.add_message = add_message  # type: ignore[method-assign]
+    backend_class.send_message = send_message  # type: ignore[method-assign]
+    backend_class.send_message_batch = send_message_batch  # type: ignore[method-assign]
+
+
+def patch_fifo_redelivery_order() -> None:
+    """Make moto's SQS redeliver expired FIFO messages in group order (idempotent; call before serving).
+
+    moto blocks a message group while any of its received, undeleted messages is in `Queue.pending_messages`, and
+    removes an expired message from that set only when ReceiveMessage reaches it; so when a whole batch expires,
+    the group's first messages are skipped (later expired ones still count) and its last one is delivered. Here a
+    receive first forgets every expired message of a FIFO queue (what SQS considers in flight ends with the
+    visibility timeout), so the group's messages come back in order and several of them per receive, as from SQS.
+    The groups in flight when a receive starts stay in flight for the whole receive: moto re-reads them whenever it
+    meets an expired message, and a message expiring meanwhile (its batch-mates expire microseconds apart) would
+    otherwise free its group mid-loop, after moto had skipped the group's first messages, and hand out a later one
+    ahead of them. Outside a receive, a group counts as in flight only through invisible messages. Raises
+    RuntimeError when moto's SQS no longer has what this relies on.
+    """
+    from moto.sqs import models
+
+    backend_class, queue_class, message_class = models.SQSBackend, models.Queue, models.Message
+    groups_property = getattr(queue_class, "pending_message_groups", None)
+    if (
+        not callable(getattr(backend_class, "receive_message", None))
+        or not isinstance(groups_property, property)
+        or not isinstance(getattr(queue_class, "pending_messages", None), property)
+        or not isinstance(getattr(message_class, "visible", None), property)
+    ):
+        raise RuntimeError(
+            "moto's SQS no longer has SQSBackend.receive_message, Queue.pending_messages/pending_message_groups and "
+            "Message.visible as agent_jobs_local.emulator expects; update patch_fifo_redelivery_order for this moto"
+        )
+    if getattr(backend_class.receive_message, PATCHED, False):
+        return
+
+    original_receive_message = backend_class.receive_message
+    receiving = threading.local()  # the queue being received from and its groups in flight when the receive began
+
+    @functools.wraps(original_receive_message)
+    def receive_message(self: Any, queue_name: str, *args: Any, **kwargs: Any) -> Any:
+        queue = self.get_queue(queue_name)
+        if not queue.fifo_queue:
+            return original_receive_message(self, queue_name, *args, **kwargs)
+        for message in [m for m in queue.pending_messages if m.visible]:
+            queue.pending_messages.discard(message)
+        receiving.frozen = (queue, {m.group_id for m in queue.pending_messages if m.group_id is not None})
+        try:
+            return original_receive_message(self, queue_name, *args, **kwargs)
+        finally:
+            receiving.frozen = None
+
+    def pending_message_groups(self: Any) -> set[str]:
+        frozen = getattr(receiving, "frozen", None)
+        if frozen is not None and frozen[0] is self:
+            return set(frozen[1])
+        return {m.group_id for m in self.pending_messages if m.group_id is not None and not m.visible}
+
+    setattr(receive_message, PATCHED, True)
+    backend_class.receive_message = receive_message  # type: ignore[method-assign]
+    queue_class.pending_message_groups = property(pending_message_groups)  # type: ignore[method-assign,assignment]
+
+
+ATOMIC_QUEUE_OPERATIONS: Final = (
+    "send_message",
+    "send_message_batch",
+    "delete_message",
+    "delete_message_batch",
+    "change_message_visibility",
+    "change_message_visibility_batch",
+)
+_queue_operations_lock = threading.RLock()
+
+
+def patch_atomic_queue_operations() -> None:
+    """Make each SQS call atomic, as it is in SQS (idempotent; call after the other patches, before serving).
+
+    moto's server is threaded and its ReceiveMessage checks which FIFO groups are in flight from a snapshot taken
+    when the call starts: two receives running at once can both see a group free and hand out consecutive messages
+    of it to two consumers, which SQS never does (order within a group would be lost). Here every receive, send,
+    delete and visibility change holds one lock. A long poll does not hold it while it waits: it receives without
+    waiting, under the lock, every 50 ms until a message comes or the wait is over.
+    """
+    from moto.sqs import models
+
+    backend_class = models.SQSBackend
+    if getattr(backend_class.delete_message, PATCHED, False):
+        return
+
+    def atomic(method: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(method)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            with _queue_operations_lock:
+                return method(*args, **kwargs)
+
+        setattr(wrapper, PATCHED, True)
+        return wrapper
+
+    for name in ATOMIC_QUEUE_OPERATIONS:
+        setattr(backend_class, name, atomic(getattr(backend_class, name)))
+
+    original_receive_message = backend_class.receive_message
+
+    @functools.wraps(original_receive_message)
+    def receive_message(
+        self: Any, queue_name: str, count: int, wait_seconds_timeout: int, *args: Any, **kwargs: Any
+    ) -> Any:
+        deadline = time.monotonic() + (wait_seconds_timeout or 0)
+        while True:
+            with _queue_operations_lock:
+                messages = original_receive_message(self, queue_name, count, 0, *args, **kwargs)
+            if messages or time.monotonic() >= deadline:
+                return messages
+            time.sleep(0.05)
+
+    setattr(receive_message, PATCHED, True)
+    backend_class.receive_message = receive_message  # type: ignore[method-assign]

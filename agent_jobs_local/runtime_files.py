@@ -1,0 +1,68 @@
+"""The files the local runtime writes for other tools: the connection file the `agent-jobs` command line reads, and
+the `--env-vars` file of `sam local invoke` / `sam local start-api` (with the emulator as a container reaches it)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Final
+
+from agent_jobs_local.template import ProvisionedResources, TemplateModel
+
+CONTAINER_HOST: Final = "host.docker.internal"
+_LOOPBACK_HOSTS: Final = ("127.0.0.1", "localhost", "0.0.0.0")
+
+
+def container_endpoint(endpoint_url: str) -> str:
+    """The emulator's URL as a container reaches the host (127.0.0.1 -> host.docker.internal)."""
+    for host in _LOOPBACK_HOSTS:
+        endpoint_url = endpoint_url.replace(f"//{host}:", f"//{CONTAINER_HOST}:").replace(
+            f"//{host}/", f"//{CONTAINER_HOST}/"
+        )
+        if endpoint_url.endswith(f"//{host}"):
+            endpoint_url = endpoint_url.removesuffix(host) + CONTAINER_HOST
+    return endpoint_url
+
+
+def write_connection_file(
+    path: Path, *, api_url: str, endpoint_url: str | None, resources: ProvisionedResources
+) -> Path:
+    """Write the connection file (JSON): `apiUrl`, `endpointUrl` (the emulator), `region`, `tableName`, `queueUrl`,
+    `deadLetterQueueUrl`."""
+    document = {
+        "apiUrl": api_url,
+        "endpointUrl": endpoint_url,
+        "region": resources.region,
+        "tableName": resources.table_name,
+        "queueUrl": resources.queue_url,
+        "deadLetterQueueUrl": resources.dlq_url,
+    }
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+    return path
+
+
+def write_env_file(path: Path, model: TemplateModel, resources: ProvisionedResources, endpoint: str | None) -> Path:
+    """Write a `sam local invoke --env-vars` / `sam local start-api --env-vars` file for `resources`:
+    `{"EnqueueApiFunction": {"TABLE_NAME": ..., "QUEUE_URL": ..., "AWS_ENDPOINT_URL": ...}, "JobWorkerFunction":
+    {...}}`, with the template's (unscaled) values, since `sam local` runs the functions with their real Timeout.
+
+    A function named by reference (the worker's TEST_SANDBOX_FUNCTION) has the name the local runtime serves it
+    under; a function without environment variables (the test sandbox) is left out. AWS_ENDPOINT_URL is `endpoint`
+    (None: not set). SAM only applies variables the template declares for the function, which is why template.yaml
+    declares AWS_ENDPOINT_URL through its EndpointUrl parameter: run `sam local ... --env-vars <file>
+    --parameter-overrides EndpointUrl=<endpoint>` (any non-empty value declares it; the file's value is the one
+    used)."""
+    document: dict[str, dict[str, str]] = {}
+    for function_id in model.resources_of_type("AWS::Serverless::Function"):
+        environment = model.function_environment(function_id, resources.references)
+        if not environment:
+            continue  # SAM applies only variables the template declares: the test sandbox declares none
+        if endpoint is not None:
+            environment["AWS_ENDPOINT_URL"] = endpoint
+        document[function_id] = environment
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return path
