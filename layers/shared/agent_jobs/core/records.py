@@ -78,17 +78,14 @@ class LastResume:
 
 @dataclass(frozen=True)
 class WorkspaceRecord:
-    """A workspace's record (`ws#<workspaceId>`): its registration, and its halt and resume fields."""
+    """A workspace's record (`ws#<workspaceId>`): its owner, and the halt and resume fields the core decides on."""
 
     workspace_id: str
     state: WorkspaceState
     tenant_id: str | None = None
-    registered: bool = False
     halting_job_id: str | None = None
-    resume_id: str | None = None
     parked_count: int = 0
     draining_job_id: str | None = None
-    last_drained_seq: str = ""
     last_resume: LastResume = field(default_factory=LastResume)
     undecided_job_ids: frozenset[str] = frozenset()
 
@@ -100,12 +97,9 @@ class WorkspaceRecord:
             workspace_id=str(item.get("workspaceId") or workspace_id or str(item.get("pk", ""))[3:]),
             state=WorkspaceState(str(state)) if state in WorkspaceState.__members__ else WorkspaceState.ACTIVE,
             tenant_id=_str(item.get("tenantId")),
-            registered=bool(item.get("remoteUrl")),
             halting_job_id=_str(item.get("haltingJobId")),
-            resume_id=_str(item.get("resumeId")),
             parked_count=_int(item.get("parkedCount")),
             draining_job_id=_str(item.get("drainingJobId")),
-            last_drained_seq=str(item.get("lastDrainedSeq") or ""),
             last_resume=LastResume(_str(last.get("haltingJobId")), _str(last.get("decision"))),
             undecided_job_ids=frozenset(str(job_id) for job_id in item.get("undecidedJobIds") or ()),
         )
