@@ -603,6 +603,17 @@ def test_read_job_malformed_job_id_is_422(api: Api, raw_job_id: str) -> None:
     assert set(response.field_errors()) == {"jobId"}
 
 
+def test_read_job_by_a_percent_encoded_job_id(api: Api) -> None:
+    # Given a job whose jobId a client percent-encodes in the URL (API Gateway routes on the raw path)
+    enqueue(api.stack, make_job("job-1.a", "ws-a"), tenant_id="default")
+
+    response = api.get("job%2D1%2Ea")
+
+    # Then the path id is read as the client meant it
+    assert response.status == 200, response.body
+    assert response.body["jobId"] == "job-1.a"
+
+
 def test_read_job_of_another_tenant_is_answered_as_an_unknown_job(api: Api) -> None:
     # Given a job that tenant-a enqueued through the layer
     enqueue(api.stack, make_job("job-a", "ws-a"), tenant_id="tenant-a")

@@ -51,6 +51,11 @@ def document(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
     app.reset_services()
 
 
+def facts(schema: dict[str, Any]) -> dict[str, Any]:
+    """What a parameter's schema says of its values (its title and description left out)."""
+    return {key: value for key, value in schema.items() if key not in {"title", "description"}}
+
+
 def operations(document: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
     return {
         (method.upper(), path): operation
@@ -93,7 +98,8 @@ def test_openapi_status_codes_are_those_each_route_answers(document: dict[str, A
         *("202", "400", "401", "403", "404", "409", "413", "415", "422", "503")
     }
     assert statuses[("GET", "/workspaces")] == {"200", "400", "401", "403", "422", "503"}
-    assert statuses[("GET", "/openapi.json")] == {"200"}
+    # Powertools declares its validation's 422 on every route of a resolver that validates, this one included.
+    assert statuses[("GET", "/openapi.json")] == {"200", "422"}
 
 
 def test_openapi_is_a_valid_openapi_31_document(document: dict[str, Any]) -> None:
@@ -148,9 +154,9 @@ def test_openapi_describes_the_workspace_registration_and_path_ids(document: dic
     operation = operations(document)[("PUT", "/workspaces/{workspaceId}")]
     registration = document["components"]["schemas"]["WorkspaceRegistration"]
 
-    assert operation["requestBody"]["content"]["application/json"]["schema"] == {
-        "$ref": "#/components/schemas/WorkspaceRegistration"
-    }
+    assert operation["requestBody"]["content"]["application/json"]["schema"]["$ref"] == (
+        "#/components/schemas/WorkspaceRegistration"
+    )
     assert set(registration["required"]) == {"remoteUrl", "branch"}
     (parameter,) = operation["parameters"]
     assert (parameter["name"], parameter["in"], parameter["required"]) == ("workspaceId", "path", True)
@@ -163,8 +169,8 @@ def test_openapi_describes_the_timeline_query(document: dict[str, Any]) -> None:
     query = {parameter["name"]: parameter for parameter in operation["parameters"] if parameter["in"] == "query"}
     timeline = document["components"]["schemas"]["JobTimelineView"]
 
-    assert query["limit"]["schema"] == {"type": "integer", "minimum": 1, "maximum": 100, "default": 25}
-    assert query["nextToken"]["schema"] == {"type": "string"}
+    assert facts(query["limit"]["schema"]) == {"type": "integer", "minimum": 1, "maximum": 100, "default": 25}
+    assert {"type": "string"} in query["nextToken"]["schema"]["anyOf"]
     assert set(timeline["required"]) == {"jobs", "nextToken"}
     assert set(document["components"]["schemas"]["WorkspaceStatusView"]["properties"]) >= {"lastAppliedJobId"}
 
@@ -175,9 +181,9 @@ def test_openapi_describes_the_resume_decision_and_its_answers(document: dict[st
     resume = schemas["ResumeRequest"]
 
     assert operation["requestBody"]["required"] is True
-    assert operation["requestBody"]["content"]["application/json"]["schema"] == {
-        "$ref": "#/components/schemas/ResumeRequest"
-    }
+    assert operation["requestBody"]["content"]["application/json"]["schema"]["$ref"] == (
+        "#/components/schemas/ResumeRequest"
+    )
     assert set(resume["required"]) == {"decision", "haltingJobId"}
     assert resume["additionalProperties"] is False
     assert schemas["ResumeDecision"]["enum"] == ["retry", "skip"]
@@ -204,10 +210,10 @@ def test_openapi_describes_the_halted_list_query(document: dict[str, Any]) -> No
 
     assert set(query) == {"state", "limit", "nextToken"}
     assert query["state"]["required"] is True
-    assert query["state"]["schema"] == {"type": "string", "enum": ["HALTED"]}
+    assert (query["state"]["schema"]["type"], query["state"]["schema"]["const"]) == ("string", "HALTED")
     assert query["limit"]["required"] is False
-    assert query["limit"]["schema"] == {"type": "integer", "minimum": 1, "maximum": 100, "default": 50}
-    assert query["nextToken"]["schema"] == {"type": "string"}
+    assert facts(query["limit"]["schema"]) == {"type": "integer", "minimum": 1, "maximum": 100, "default": 50}
+    assert {"type": "string"} in query["nextToken"]["schema"]["anyOf"]
     assert operation["responses"]["200"]["content"]["application/json"]["schema"] == {
         "$ref": "#/components/schemas/HaltedWorkspacesView"
     }

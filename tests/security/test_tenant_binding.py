@@ -22,7 +22,7 @@ from agent_jobs.registration import MAX_TEST_COMMANDS_BYTES, WorkspaceRegistrati
 from agent_jobs.tenancy import TenantBounds, non_public_reason
 from agent_jobs.workspaces import WorkspaceQuotaError, WorkspaceRegistry
 from enqueue_api import app
-from enqueue_api.app import parsing, routes_jobs
+from enqueue_api.app import routes_jobs, validation
 from jobs.errors import PermanentJobError
 from jobs.github import GitHubClient
 from jobs.registered import RegisteredWorkspaceStore
@@ -483,13 +483,13 @@ def test_a_body_with_200000_unknown_keys_gets_a_small_422(
         event["body"] = raw
 
     described: list[Any] = []  # the field errors the API put into words
-    describe = parsing._field_error
+    describe = validation._body_errors
 
-    def counted(detail: Any) -> dict[str, str]:
+    def counted(detail: Any, document: Any) -> list[dict[str, str]]:
         described.append(detail)
-        return describe(detail)
+        return describe(detail, document)
 
-    monkeypatch.setattr(parsing, "_field_error", counted)
+    monkeypatch.setattr(validation, "_body_errors", counted)
 
     started = time.process_time()
     answer = api.invoke(event, register=False)

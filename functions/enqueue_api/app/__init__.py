@@ -58,18 +58,21 @@ from http import HTTPStatus
 from typing import Any
 
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
+from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
 from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from botocore.exceptions import ClientError, HTTPClientError
 from botocore.exceptions import ConnectionError as AwsConnectionError
 
-from . import openapi, parsing, routes_halts, routes_jobs, routes_workspaces
-from .bodies import JSON_MEDIA_TYPE, body_limit_bytes
-from .context import logger, metrics, reset_services, services, tracer
-from .errors import MAX_FIELD_ERRORS, RequestRefused, json_response, refusal_response, unavailable_response
+from . import openapi, routes_halts, routes_jobs, routes_workspaces
+from .bodies import JSON_MEDIA_TYPE, body_limit_bytes, checked_body
+from .context import http_event, logger, metrics, reset_services, services, tracer
+from .errors import RequestRefused, json_response, refusal_proxy_response, refusal_response, unavailable_response
 from .openapi import OPENAPI_PATH
+from .schemas import MAX_FIELD_ERRORS
 from .tenancy import OPERATOR_SCOPE
+from .validation import validation_refusal
 from .views import PUBLIC_JOB_FIELDS, PUBLIC_WORKSPACE_FIELDS, PUBLIC_WORKSPACE_STATE_FIELDS
 
 __all__ = [
@@ -84,12 +87,13 @@ __all__ = [
     "logger",
     "metrics",
     "openapi_document",
-    "parsing",
     "reset_services",
     "services",
 ]
 
-app = APIGatewayHttpResolver()
+# Powertools validates each route's typed path, query and body parameters (and serializes the response model it
+# returns); its refusals are answered in this API's own words by `invalid_request`.
+app = APIGatewayHttpResolver(enable_validation=True)
 app.include_router(routes_jobs.router)
 app.include_router(routes_workspaces.router)
 app.include_router(routes_halts.router)
@@ -107,6 +111,7 @@ def openapi_document() -> dict[str, Any]:
         200: {"description": "The OpenAPI 3.1 document.", "content": {JSON_MEDIA_TYPE: {"schema": {"type": "object"}}}}
     },
     openapi_extensions={"security": []},
+    enable_validation=False,  # no parameters to validate
 )
 def read_openapi_document() -> Response[Any]:
     """Public: no tenant is derived and nothing is read but the registered routes."""
@@ -114,8 +119,11 @@ def read_openapi_document() -> Response[Any]:
     return json_response(HTTPStatus.OK, openapi_document())
 
 
-@app.exception_handler(RequestRefused)  # type: ignore[untyped-decorator]  # Powertools leaves it unannotated
-def refused(error: RequestRefused) -> Response[Any]:
+@app.exception_handler([RequestRefused, RequestValidationError])  # type: ignore[untyped-decorator]
+def refused(error: RequestRefused | RequestValidationError) -> Response[Any]:
+    """Every refusal in the API's words: a route's own, or Powertools' validation of the route's typed parameters."""
+    if isinstance(error, RequestValidationError):
+        error = validation_refusal(error.errors(), http_event(app))
     return refusal_response(error)
 
 
@@ -128,4 +136,8 @@ def aws_unavailable(error: Exception) -> Response[Any]:
 @tracer.capture_lambda_handler(capture_response=False)
 @metrics.log_metrics
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    try:
+        event = checked_body(event, lambda: services().settings)
+    except RequestRefused as refused:
+        return refusal_proxy_response(refused)
     return app.resolve(event, context)

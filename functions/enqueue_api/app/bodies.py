@@ -1,10 +1,12 @@
-"""The request body as the API reads it: JSON only, within the size limit, an object, valid Unicode."""
+"""The request body's pre-check: JSON only, within the operation's size limit, an object, valid Unicode."""
 
 from __future__ import annotations
 
 import base64
 import binascii
 import json
+from collections.abc import Callable
+from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any, Final
 
@@ -14,6 +16,7 @@ from agent_jobs.producer import MAX_BATCH_JOBS
 from agent_jobs.settings import Settings
 
 from .errors import RequestRefused
+from .operations import Operation, operation_of
 
 # Why the request limit is what it is, for the 413: API Gateway's HTTP API accepts 10 MB, but it hands the request to
 # the function as a synchronous invocation, whose event (the body JSON-escaped inside it) is capped at 6 MB.
@@ -50,27 +53,65 @@ def batch_body_limit_bytes(settings: Settings) -> int:
     return min(settings.max_request_bytes, MAX_BATCH_JOBS * settings.inline_message_limit_bytes)
 
 
-def json_object_body(
-    event: APIGatewayProxyEventV2, settings: Settings, *, shape: str, too_large: str, limit: int | None = None
-) -> dict[str, Any]:
-    """The request body as a JSON object: 415 not JSON, 413 over the limit (`body_limit_bytes` unless `limit` says
-    otherwise), 400 empty, malformed or not an object."""
-    _require_json_content_type(event)
+@dataclass(frozen=True)
+class BodyRule:
+    """What an operation's body is, for the pre-check's answers: its shape (400) and why it is limited (413)."""
+
+    shape: str
+    too_large: Callable[[Settings], str]
+    limit: Callable[[Settings], int] = body_limit_bytes
+
+
+JOB_SHAPE: Final = '{"jobId", "workspaceId", "type", "payload"}'
+RESUME_SHAPE: Final = '{"decision": "retry"|"skip", "haltingJobId": "<the workspace\'s haltingJobId>"}'
+BODY_RULES: Final = {
+    Operation.SUBMIT_JOB: BodyRule(f"a job: {JOB_SHAPE}", too_large_advice),
+    Operation.SUBMIT_BATCH: BodyRule(
+        f'{{"jobs": [1 to {MAX_BATCH_JOBS} jobs, each {JOB_SHAPE}]}}',
+        lambda settings: too_large_advice(settings).replace("a job must", "each job must"),
+        batch_body_limit_bytes,
+    ),
+    Operation.REGISTER_WORKSPACE: BodyRule(
+        'a workspace registration: {"remoteUrl", "branch", ...}',
+        lambda _: "(the same limit as a job's); send fewer or shorter test commands",
+    ),
+    Operation.RESUME_WORKSPACE: BodyRule(
+        f"a resume decision: {RESUME_SHAPE}", lambda _: "(a resume decision is a few bytes)"
+    ),
+}
+
+
+def checked_body(raw_event: dict[str, Any], settings: Callable[[], Settings]) -> dict[str, Any]:
+    """The pre-check of a request that carries a body, before Powertools routes and validates it: RequestRefused
+    415 not JSON, 413 over the operation's limit, 400 empty, malformed, not an object or not text the job queue can
+    carry. The event comes back with its JSON media type (`+json`, any case) named `application/json`, as
+    Powertools reads it."""
+    event = APIGatewayProxyEventV2(raw_event)
+    rule = BODY_RULES.get(operation_of(event))
+    if rule is None:
+        return raw_event
+    limit = rule.limit(settings())
+    content_type = _require_json_content_type(event)
     raw = _body_bytes(event)
-    limit = body_limit_bytes(settings) if limit is None else limit
     if len(raw) > limit:
         raise RequestRefused(
             HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
-            f"the request body is {len(raw)} bytes; the limit is {limit} bytes {too_large}",
+            f"the request body is {len(raw)} bytes; the limit is {limit} bytes {rule.too_large(settings())}",
         )
     if not raw.strip():
-        raise RequestRefused(HTTPStatus.BAD_REQUEST, f"the request body is empty; send {shape}")
+        raise RequestRefused(HTTPStatus.BAD_REQUEST, f"the request body is empty; send {rule.shape}")
     document = _parse_json(raw)
     if not isinstance(document, dict):
         raise RequestRefused(
-            HTTPStatus.BAD_REQUEST, f"the request body is a JSON {json_kind(document)}; send a JSON object: {shape}"
+            HTTPStatus.BAD_REQUEST,
+            f"the request body is a JSON {json_kind(document)}; send a JSON object: {rule.shape}",
         )
-    return document
+    if content_type is None or content_type.strip().startswith(JSON_MEDIA_TYPE):
+        return raw_event
+    headers = {
+        name: value for name, value in (raw_event.get("headers") or {}).items() if name.lower() != "content-type"
+    }
+    return {**raw_event, "headers": {**headers, "content-type": JSON_MEDIA_TYPE}}
 
 
 def json_kind(document: Any) -> str:
@@ -78,16 +119,17 @@ def json_kind(document: Any) -> str:
     return kinds.get(type(document), type(document).__name__)
 
 
-def _require_json_content_type(event: APIGatewayProxyEventV2) -> None:
+def _require_json_content_type(event: APIGatewayProxyEventV2) -> str | None:
     content_type = event.headers.get("content-type")
     if content_type is None:
-        return
+        return None
     media_type = content_type.split(";", 1)[0].strip().lower()
     if media_type != JSON_MEDIA_TYPE and not media_type.endswith("+json"):
         raise RequestRefused(
             HTTPStatus.UNSUPPORTED_MEDIA_TYPE,
             f"Content-Type '{content_type}' is not JSON; send the body as {JSON_MEDIA_TYPE}",
         )
+    return content_type
 
 
 def _body_bytes(event: APIGatewayProxyEventV2) -> bytes:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, TypedDict, cast
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.event_handler import APIGatewayHttpResolver
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEventV2
 
@@ -78,6 +79,6 @@ def workspace_registry(svc: Services) -> WorkspaceRegistry:
     )
 
 
-def http_event(router: Router) -> APIGatewayProxyEventV2:
+def http_event(router: Router | APIGatewayHttpResolver) -> APIGatewayProxyEventV2:
     """The request being answered, as the HTTP API (payload format 2.0) delivers it to this API's resolver."""
     return cast("APIGatewayProxyEventV2", router.current_event)

@@ -5,10 +5,11 @@
 # module could not resolve names of this one.
 
 from http import HTTPStatus
-from typing import Any
+from typing import Annotated
 
-from aws_lambda_powertools.event_handler import Response
+from aws_lambda_powertools.event_handler import Response, content_types
 from aws_lambda_powertools.event_handler.api_gateway import Router
+from aws_lambda_powertools.event_handler.openapi.params import Body
 from aws_lambda_powertools.metrics import MetricUnit
 
 from agent_jobs.models import JobRequest
@@ -22,13 +23,21 @@ from agent_jobs.producer import (
 )
 from agent_jobs.quotas import QuotaExceededError
 
-from .context import http_event, logger, metrics, producer, services, tracer
-from .errors import RequestRefused, json_response
-from .openapi import answers, json_request_body
-from .parsing import parse_job_batch, parse_job_request, valid_path_id
-from .schemas import ConflictView, JobAcceptedView, JobBatchRequest, JobBatchView, JobView
+from .context import logger, metrics, producer, services, tracer
+from .errors import RequestRefused
+from .openapi import answers
+from .params import JobIdInPath
+from .rules import check_batch, check_job
+from .schemas import BatchItemView, ConflictView, JobAcceptedView, JobBatchRequest, JobBatchView, JobView
 from .tenancy import CallerTenant
 from .views import public_job_view
+
+JobBody = Annotated[
+    JobRequest, Body(embed=False, description="A job: its jobId, workspaceId, type and the type's payload.")
+]
+BatchBody = Annotated[
+    JobBatchRequest, Body(embed=False, description="1 to 10 jobs, each as POST /jobs takes it, with distinct jobIds.")
+]
 
 router = Router()  # type: ignore[no-untyped-call]  # Powertools leaves it unannotated
 
@@ -42,12 +51,11 @@ router = Router()  # type: ignore[no-untyped-call]  # Powertools leaves it unann
         models={409: ConflictView},
         retry_after=(HTTPStatus.TOO_MANY_REQUESTS, HTTPStatus.SERVICE_UNAVAILABLE),
     ),
-    openapi_extensions=json_request_body(JobRequest, "A job: its jobId, workspaceId, type and the type's payload."),
 )
 @tracer.capture_method(capture_response=False)
-def submit_job(tenant: CallerTenant) -> Response[Any]:
+def submit_job(job: JobBody, tenant: CallerTenant) -> Response[JobAcceptedView]:
     svc = services()
-    job = parse_job_request(http_event(router), svc.settings)
+    check_job(job, svc.settings)
     logger.append_keys(job_id=job.job_id, workspace_id=job.workspace_id, job_type=str(job.type))
     tracer.put_annotation("jobId", job.job_id)
     try:
@@ -55,15 +63,16 @@ def submit_job(tenant: CallerTenant) -> Response[Any]:
     except QuotaExceededError as quota:
         logger.info("job quota used up", extra={"parameter": quota.parameter, "limit": quota.limit})
         metrics.add_metric(name="JobsRefusedByQuota", unit=MetricUnit.Count, value=1)
-        return json_response(
-            HTTPStatus.TOO_MANY_REQUESTS, {"message": str(quota)}, headers={"Retry-After": str(quota.retry_after)}
-        )
+        raise RequestRefused(
+            HTTPStatus.TOO_MANY_REQUESTS, str(quota), headers={"Retry-After": str(quota.retry_after)}
+        ) from None
     except PayloadTooLargeError as too_large:
         raise RequestRefused(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, str(too_large)) from None
     except JobConflictError as conflict:
         logger.info("jobId already taken by another job")
         metrics.add_metric(name="JobsConflict", unit=MetricUnit.Count, value=1)
-        return json_response(HTTPStatus.CONFLICT, {"message": str(conflict), "jobId": job.job_id})
+        answer = ConflictView(message=str(conflict), job_id=job.job_id)
+        raise RequestRefused(HTTPStatus.CONFLICT, str(conflict), answer=answer) from None
     except WorkspaceForbiddenError as forbidden:
         logger.info("workspace belongs to another tenant")  # answered as an unregistered workspace: no oracle
         raise RequestRefused(HTTPStatus.NOT_FOUND, str(forbidden)) from None
@@ -72,7 +81,12 @@ def submit_job(tenant: CallerTenant) -> Response[Any]:
         raise RequestRefused(HTTPStatus.NOT_FOUND, str(unregistered)) from None
     metrics.add_metric(name="JobsAccepted" if result.created else "JobsResubmitted", unit=MetricUnit.Count, value=1)
     logger.info("job accepted" if result.created else "job already accepted", extra={"status": result.status})
-    return json_response(HTTPStatus.ACCEPTED, result.as_response(), headers={"Location": f"/jobs/{job.job_id}"})
+    return Response(
+        HTTPStatus.ACCEPTED,
+        content_types.APPLICATION_JSON,
+        JobAcceptedView.model_validate(result.as_response()),
+        headers={"Location": f"/jobs/{job.job_id}"},
+    )
 
 
 @router.post(
@@ -82,14 +96,12 @@ def submit_job(tenant: CallerTenant) -> Response[Any]:
         {200: ("The batch was processed: one result per job, each with its own statusCode.", JobBatchView)},
         (400, 401, 403, 413, 415, 422, 503),
     ),
-    openapi_extensions=json_request_body(
-        JobBatchRequest, "1 to 10 jobs, each as POST /jobs takes it, with distinct jobIds."
-    ),
 )
 @tracer.capture_method(capture_response=False)
-def submit_jobs(tenant: CallerTenant) -> Response[Any]:
+def submit_jobs(batch: BatchBody, tenant: CallerTenant) -> Response[JobBatchView]:
     svc = services()
-    jobs = parse_job_batch(http_event(router), svc.settings)
+    jobs = batch.jobs
+    check_batch(jobs, svc.settings)
     logger.append_keys(job_ids=[job.job_id for job in jobs])
     results = enqueue_jobs(jobs, tenant, **producer(svc))
     counts = {
@@ -104,18 +116,18 @@ def submit_jobs(tenant: CallerTenant) -> Response[Any]:
     logger.info("batch processed", extra={"statusCodes": [r.status_code for r in results]})
     waits = [r.retry_after for r in results if r.retry_after is not None]
     headers = {"Retry-After": str(max(waits))} if waits else None
-    return json_response(HTTPStatus.OK, {"results": [r.as_response() for r in results]}, headers=headers)
+    view = JobBatchView(results=[BatchItemView.model_validate(r.as_response()) for r in results])
+    return Response(HTTPStatus.OK, content_types.APPLICATION_JSON, view, headers=headers)
 
 
 @router.get(
-    "/jobs/<job_id>",
+    "/jobs/<jobId>",
     summary="Read a job's state and history",
     responses=answers({200: ("The job.", JobView)}, (401, 403, 404, 422, 503)),
 )
 @tracer.capture_method(capture_response=False)
-def read_job(job_id: str, tenant: CallerTenant) -> Response[Any]:
+def read_job(job_id: JobIdInPath, tenant: CallerTenant) -> JobView:
     svc = services()
-    job_id = valid_path_id("jobId", job_id)
     logger.append_keys(job_id=job_id)
     # Keyed by the caller's tenant: another tenant's job of the same jobId is not the caller's job, and is answered
     # exactly as a jobId nobody used (404), so the answer tells nothing about other tenants' jobIds.
@@ -123,4 +135,4 @@ def read_job(job_id: str, tenant: CallerTenant) -> Response[Any]:
     if item is None:
         raise RequestRefused(HTTPStatus.NOT_FOUND, f"no job '{job_id}'; check the jobId returned when it was accepted")
     metrics.add_metric(name="JobsRead", unit=MetricUnit.Count, value=1)
-    return json_response(HTTPStatus.OK, public_job_view(item))
+    return public_job_view(item)

@@ -5,10 +5,11 @@
 # module could not resolve names of this one.
 
 from http import HTTPStatus
-from typing import Any
+from typing import Annotated
 
-from aws_lambda_powertools.event_handler import Response
+from aws_lambda_powertools.event_handler import Response, content_types
 from aws_lambda_powertools.event_handler.api_gateway import Router
+from aws_lambda_powertools.event_handler.openapi.params import Body
 from aws_lambda_powertools.metrics import MetricUnit
 
 from agent_jobs.models import WorkspaceState
@@ -16,43 +17,38 @@ from agent_jobs.registration import WorkspaceRegistration
 from agent_jobs.services import Services
 from agent_jobs.workspaces import WorkspaceOwnedElsewhereError, WorkspaceQuotaError, WorkspaceStatus
 
-from .context import http_event, logger, metrics, services, tracer, workspace_registry
+from .context import logger, metrics, services, tracer, workspace_registry
 from .cursors import decode_timeline_token, encode_timeline_token
-from .errors import RequestRefused, json_response
-from .openapi import answers, json_request_body, page_query_parameters, query_parameters
-from .parsing import (
-    PAGE_LIMIT_DEFAULT,
-    PAGE_LIMIT_MAX,
-    check_tenant_bounds,
-    page_limit,
-    parse_workspace_registration,
-    valid_path_id,
-)
+from .errors import RequestRefused
+from .openapi import answers
+from .params import TIMELINE_LIMIT_DEFAULT, PageToken, TimelineLimit, WorkspaceIdInPath
+from .rules import check_registration
 from .schemas import JobTimelineView, WorkspaceStatusView, WorkspaceView
 from .tenancy import CallerTenant
 from .views import PUBLIC_JOB_FIELDS, public_job_view, public_workspace_status_view, public_workspace_view
 
 router = Router()  # type: ignore[no-untyped-call]  # Powertools leaves it unannotated
 
+RegistrationBody = Annotated[
+    WorkspaceRegistration, Body(embed=False, description="The git branch of a git remote the workspace works on.")
+]
+
 
 @router.put(
-    "/workspaces/<workspace_id>",
+    "/workspaces/<workspaceId>",
     summary="Register a workspace (or update its registration)",
     responses=answers(
         {201: ("Registered.", WorkspaceView), 200: ("Registration updated.", WorkspaceView)},
         (400, 401, 403, 413, 415, 422, 429, 503),
     ),
-    openapi_extensions=json_request_body(
-        WorkspaceRegistration, "The git branch of a git remote the workspace works on."
-    ),
 )
 @tracer.capture_method(capture_response=False)
-def register_workspace(workspace_id: str, tenant: CallerTenant) -> Response[Any]:
+def register_workspace(
+    workspace_id: WorkspaceIdInPath, registration: RegistrationBody, tenant: CallerTenant
+) -> Response[WorkspaceView]:
     svc = services()
-    workspace_id = valid_path_id("workspaceId", workspace_id)
     logger.append_keys(workspace_id=workspace_id)
-    registration = parse_workspace_registration(http_event(router), svc.settings)
-    check_tenant_bounds(registration, tenant, svc.settings)
+    check_registration(registration, tenant, svc.settings)
     try:
         outcome = workspace_registry(svc).register(workspace_id, registration, tenant)
     except WorkspaceOwnedElsewhereError as owned:
@@ -64,44 +60,44 @@ def register_workspace(workspace_id: str, tenant: CallerTenant) -> Response[Any]
         name="WorkspacesRegistered" if outcome.created else "WorkspacesUpdated", unit=MetricUnit.Count, value=1
     )
     logger.info("workspace registered" if outcome.created else "workspace registration updated")
-    return json_response(
+    return Response(
         HTTPStatus.CREATED if outcome.created else HTTPStatus.OK,
+        content_types.APPLICATION_JSON,
         public_workspace_view(outcome.workspace),
         headers={"Location": f"/workspaces/{workspace_id}"},
     )
 
 
 @router.get(
-    "/workspaces/<workspace_id>",
+    "/workspaces/<workspaceId>",
     summary="Read a workspace's registration, state and last applied job",
     responses=answers({200: ("The workspace.", WorkspaceStatusView)}, (401, 403, 404, 422, 503)),
 )
 @tracer.capture_method(capture_response=False)
-def read_workspace(workspace_id: str, tenant: CallerTenant) -> Response[Any]:
+def read_workspace(workspace_id: WorkspaceIdInPath, tenant: CallerTenant) -> WorkspaceStatusView:
     """The workspace's registration and state, and `lastAppliedJobId`: derived at read time (the worker writes
     nothing for it), at the cost of one Query of the GSI `byWorkspace` besides the GetItem of the workspace item
     (see `JobGuard.last_succeeded_job`)."""
     svc = services()
-    workspace_id = valid_path_id("workspaceId", workspace_id)
     logger.append_keys(workspace_id=workspace_id)
     status = visible_workspace(svc, workspace_id, tenant)
     last_applied = svc.guard.last_succeeded_job(workspace_id, tenant)
     metrics.add_metric(name="WorkspacesRead", unit=MetricUnit.Count, value=1)
-    return json_response(
-        HTTPStatus.OK, public_workspace_status_view(status, last_applied.get("jobId") if last_applied else None)
-    )
+    return public_workspace_status_view(status, last_applied.get("jobId") if last_applied else None)
 
 
 @router.get(
-    "/workspaces/<workspace_id>/jobs",
+    "/workspaces/<workspaceId>/jobs",
     summary="Read a workspace's timeline: its jobs, oldest accepted first, a page at a time",
     responses=answers({200: ("A page of the timeline.", JobTimelineView)}, (400, 401, 403, 404, 422, 503)),
-    openapi_extensions=query_parameters(
-        *page_query_parameters("Jobs", default=PAGE_LIMIT_DEFAULT, maximum=PAGE_LIMIT_MAX)
-    ),
 )
 @tracer.capture_method(capture_response=False)
-def list_workspace_jobs(workspace_id: str, tenant: CallerTenant) -> Response[Any]:
+def list_workspace_jobs(
+    workspace_id: WorkspaceIdInPath,
+    tenant: CallerTenant,
+    limit: TimelineLimit = TIMELINE_LIMIT_DEFAULT,
+    next_token: PageToken = None,
+) -> JobTimelineView:
     """The workspace's jobs in the order the API accepted them (the GSI `byWorkspace`, sorted by acceptedAt).
 
     acceptedAt, not the queue's SequenceNumber, is the order: every job record has it from the moment it is
@@ -113,19 +109,16 @@ def list_workspace_jobs(workspace_id: str, tenant: CallerTenant) -> Response[Any
     the order jobs take effect in.
     """
     svc = services()
-    workspace_id = valid_path_id("workspaceId", workspace_id)
     logger.append_keys(workspace_id=workspace_id)
-    query = http_event(router).query_string_parameters or {}
-    limit = page_limit(query.get("limit"))
-    start_key = decode_timeline_token(query.get("nextToken"), workspace_id)
+    start_key = decode_timeline_token(next_token, workspace_id)
     visible_workspace(svc, workspace_id, tenant)
     page = svc.guard.workspace_jobs(
         workspace_id, tenant, limit=limit, start_key=start_key, attributes=PUBLIC_JOB_FIELDS
     )
-    next_token = encode_timeline_token(workspace_id, page.next_key) if page.next_key is not None else None
     metrics.add_metric(name="TimelinesRead", unit=MetricUnit.Count, value=1)
-    return json_response(
-        HTTPStatus.OK, {"jobs": [public_job_view(item) for item in page.items], "nextToken": next_token}
+    return JobTimelineView(
+        jobs=[public_job_view(item) for item in page.items],
+        next_token=encode_timeline_token(workspace_id, page.next_key) if page.next_key is not None else None,
     )
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
@@ -10,7 +10,9 @@ from pydantic.alias_generators import to_camel
 from agent_jobs.models import JobRequest, ResumeDecision
 from agent_jobs.producer import MAX_BATCH_JOBS
 
-from .errors import MAX_FIELD_ERRORS
+# A 422 lists at most this many field errors and counts the rest (`moreErrors`): the answer to a body with a great
+# many bad fields stays small.
+MAX_FIELD_ERRORS: Final = 20
 
 
 class _View(BaseModel):

@@ -1,7 +1,9 @@
 """Who the caller is: the tenant of the verified token (the only place a tenant is derived), its scopes and name.
 
 A route names the caller it needs as a parameter, `tenant: CallerTenant` or `tenant: OperatorTenant`: Powertools
-resolves it before the route runs, so a request without a usable tenant (or scope) is refused before anything else.
+resolves it before the route runs, so a request without a usable tenant (or scope) is refused before the route reads
+or writes anything. Only the request's own shape (body pre-check, typed parameters) is checked before it: those answers
+tell nothing about any tenant's data.
 """
 
 from http import HTTPStatus

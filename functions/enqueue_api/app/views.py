@@ -7,6 +7,8 @@ from typing import Any, Final
 from agent_jobs.registration import RegisteredWorkspace
 from agent_jobs.workspaces import WorkspaceStatus, workspace_status
 
+from .schemas import JobView, WorkspaceStatusView, WorkspaceView
+
 PUBLIC_JOB_FIELDS: Final = (
     "jobId",
     "workspaceId",
@@ -39,24 +41,23 @@ PUBLIC_WORKSPACE_FIELDS: Final = (
 PUBLIC_WORKSPACE_STATE_FIELDS: Final = ("state", "haltingJobId", "haltReason", "lastAppliedJobId", "lastResume")
 
 
-def public_job_view(item: dict[str, Any]) -> dict[str, Any]:
+def public_job_view(item: dict[str, Any]) -> JobView:
     """What a tenant may see of its job: never the lease owner or stored message bodies."""
-    return {name: item.get(name) for name in PUBLIC_JOB_FIELDS}
+    return JobView.model_validate({name: item.get(name) for name in PUBLIC_JOB_FIELDS})
 
 
-def public_workspace_view(workspace: RegisteredWorkspace) -> dict[str, Any]:
+def public_workspace_view(workspace: RegisteredWorkspace) -> WorkspaceView:
     """A registration as its owner sees it (the token's location, never a token)."""
-    registration = workspace.registration.model_dump(by_alias=True)
-    view = {"workspaceId": workspace.workspace_id, "tenantId": workspace.tenant_id, **registration}
-    view["registeredAt"] = workspace.registered_at
-    return {name: view.get(name) for name in PUBLIC_WORKSPACE_FIELDS}
+    return WorkspaceView.model_validate(_registration_fields(workspace))
 
 
-def public_workspace_status_view(status: WorkspaceStatus, last_applied_job_id: str | None = None) -> dict[str, Any]:
+def public_workspace_status_view(
+    status: WorkspaceStatus, last_applied_job_id: str | None = None
+) -> WorkspaceStatusView:
     """The registration (its fields null when the workspace only carries halt state), the workspace's state, the
     last job that took effect on it (null when unknown or none) and the last resume decision (null when none)."""
     if status.registered is not None:
-        view = public_workspace_view(status.registered)
+        view = _registration_fields(status.registered)
     else:
         view = dict.fromkeys(PUBLIC_WORKSPACE_FIELDS)
         view.update(workspaceId=status.workspace_id, tenantId=status.tenant_id)
@@ -67,8 +68,15 @@ def public_workspace_status_view(status: WorkspaceStatus, last_applied_job_id: s
         lastAppliedJobId=last_applied_job_id,
         lastResume=status.last_resume,
     )
-    return view
+    return WorkspaceStatusView.model_validate(view)
 
 
-def workspace_item_view(workspace_id: str, item: dict[str, Any]) -> dict[str, Any]:
+def workspace_item_view(workspace_id: str, item: dict[str, Any]) -> WorkspaceStatusView:
     return public_workspace_status_view(workspace_status(workspace_id, item))
+
+
+def _registration_fields(workspace: RegisteredWorkspace) -> dict[str, Any]:
+    registration = workspace.registration.model_dump(by_alias=True)
+    view = {"workspaceId": workspace.workspace_id, "tenantId": workspace.tenant_id, **registration}
+    view["registeredAt"] = workspace.registered_at
+    return {name: view.get(name) for name in PUBLIC_WORKSPACE_FIELDS}

@@ -1,0 +1,70 @@
+"""What a request must also satisfy once Powertools has validated its shape: the deployment's patch limits, a batch's
+distinct jobIds, a registration's size and the tenant's bounds. Each refusal is a 422 worded as the shape's."""
+
+from __future__ import annotations
+
+from http import HTTPStatus
+
+from agent_jobs.models import ApplyPatchJob, OpenPrJob, RunTestsJob
+from agent_jobs.patch_limits import PatchLimits, patch_bytes_error, patch_hunks_error
+from agent_jobs.registration import WorkspaceRegistration, test_commands_size_error
+from agent_jobs.settings import Settings
+from agent_jobs.tenancy import TenantBounds
+
+from .errors import RequestRefused
+from .operations import Operation
+from .validation import body_refusal, counted
+
+Job = ApplyPatchJob | RunTestsJob | OpenPrJob
+
+
+def check_job(job: Job, settings: Settings) -> None:
+    """An apply_patch job's patch over PATCH_MAX_BYTES or PATCH_MAX_HUNKS is refused here (422) rather than accepted
+    to end DEAD in the worker."""
+    errors = _patch_limit_errors(job, settings)
+    if errors:
+        raise body_refusal(Operation.SUBMIT_JOB, errors)
+
+
+def check_batch(jobs: list[Job], settings: Settings) -> None:
+    """A batch holds distinct jobs (a jobId twice is refused, 422) within the patch limits; nothing is accepted
+    otherwise."""
+    errors: list[dict[str, str]] = []
+    first_index: dict[str, int] = {}
+    for index, job in enumerate(jobs):
+        if job.job_id in first_index:
+            errors.append(
+                {
+                    "field": f"jobs.{index}.jobId",
+                    "message": f"jobId '{job.job_id}' is also the jobId of jobs.{first_index[job.job_id]}; give each "
+                    "job of a batch its own jobId",
+                }
+            )
+        first_index.setdefault(job.job_id, index)
+        errors.extend(_patch_limit_errors(job, settings, f"jobs.{index}."))
+    if errors:
+        raise body_refusal(Operation.SUBMIT_BATCH, errors)
+
+
+def check_registration(registration: WorkspaceRegistration, tenant: str, settings: Settings) -> None:
+    """A registration whose test commands are over their size, or that names a token, remote or host outside
+    `tenant`'s bounds (`agent_jobs.tenancy`), is refused (422) naming each."""
+    too_large = test_commands_size_error(registration)
+    if too_large:
+        raise body_refusal(Operation.REGISTER_WORKSPACE, [{"field": "testCommands", "message": too_large}])
+    errors = TenantBounds.from_settings(settings).registration_errors(registration, tenant)
+    if errors:
+        raise RequestRefused(
+            HTTPStatus.UNPROCESSABLE_ENTITY,
+            f"the workspace registration names what this tenant may not use ({counted(len(errors))}); fix the fields "
+            "listed in 'errors' and send it again",
+            errors,
+        )
+
+
+def _patch_limit_errors(job: Job, settings: Settings, prefix: str = "") -> list[dict[str, str]]:
+    if not isinstance(job, ApplyPatchJob):
+        return []
+    limits = PatchLimits.from_settings(settings)
+    error = patch_bytes_error(job.payload.patch, limits) or patch_hunks_error(job.payload.patch, limits)
+    return [{"field": f"{prefix}payload.patch", "message": error}] if error else []
