@@ -94,6 +94,19 @@ class StoreBase:
         return to_item(raw) if raw else None
 
 
+def message_values(message: JobMessage, message_id: str) -> dict[str, Any]:
+    """The placeholders of what a delivered message records on its job: `:jid`, `:wid`, `:tid` (its tenant), `:type`,
+    `:hash` (its payload's) and `:mid` (the queue's message id)."""
+    return {
+        ":jid": message.job_id,
+        ":wid": message.workspace_id,
+        ":tid": message_tenant(message),
+        ":type": str(message.type),
+        ":hash": message.payload_hash,
+        ":mid": message_id,
+    }
+
+
 def message_tenant(message: JobMessage) -> str:
     """The tenant a job is recorded for. The producer names the tenant it verified; the worker gives a message sent to
     the queue without one the workspace owner's before it claims or parks it. A job is never recorded without one."""

@@ -9,7 +9,7 @@ from agent_jobs.core import decisions
 from agent_jobs.core.transitions import JobAction
 from agent_jobs.keys import job_key, parked_sequence, workspace_key
 from agent_jobs.models import JobMessage, JobStatus, WorkspaceState
-from agent_jobs.store.base import message_tenant
+from agent_jobs.store.base import message_tenant, message_values
 from agent_jobs.store.codec import BODY_SET, Item, body_values, stored_error
 from agent_jobs.store.conditions import LEASE_EXPIRED, lease_held, sequence_clauses, status_in
 from agent_jobs.store.results import Lease
@@ -60,12 +60,7 @@ class HaltStore(QueryStore):
             ":parked": str(JobStatus.PARKED),
             ":inflight": str(JobStatus.IN_FLIGHT),
             ":now": now,
-            ":jid": message.job_id,
-            ":wid": message.workspace_id,
-            ":tid": message_tenant(message),
-            ":type": str(message.type),
-            ":hash": message.payload_hash,
-            ":mid": message_id,
+            **message_values(message, message_id),
             **body_values(body),
             ":reason": stored_error(reason),
             ":pws": message.workspace_id,

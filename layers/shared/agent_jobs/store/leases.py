@@ -14,15 +14,8 @@ from agent_jobs.core.records import JobRecord
 from agent_jobs.core.transitions import JobAction
 from agent_jobs.keys import job_key, workspace_key
 from agent_jobs.models import JobMessage, JobStatus, WorkspaceState
-from agent_jobs.store.base import message_tenant
-from agent_jobs.store.codec import (
-    cancellation,
-    condition_failed,
-    reason_item,
-    stored_error,
-    to_item,
-    wire,
-)
+from agent_jobs.store.base import message_tenant, message_values
+from agent_jobs.store.codec import cancellation, condition_failed, reason_item, stored_error, to_item, wire
 from agent_jobs.store.conditions import (
     COUNT_FAILURE,
     FAILURES_LEFT,
@@ -83,12 +76,7 @@ class LeaseStore(DrainStore):
             ":one": 1,
             ":owner": owner,
             ":exp": expires,
-            ":jid": message.job_id,
-            ":wid": message.workspace_id,
-            ":tid": message_tenant(message),
-            ":type": str(message.type),
-            ":hash": message.payload_hash,
-            ":mid": message_id,
+            **message_values(message, message_id),
             ":ttl": self._ttl(now),
             ":empty": [],
             ":entry": [{"status": str(JobStatus.IN_FLIGHT), "at": now, "messageId": message_id}],
