@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import secrets
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from botocore.exceptions import ClientError
 
@@ -13,28 +13,10 @@ from agent_jobs.core.records import JobRecord
 from agent_jobs.core.transitions import JobAction
 from agent_jobs.keys import job_key, parked_sequence, workspace_key
 from agent_jobs.models import JobStatus, WorkspaceState
-from agent_jobs.store.codec import (
-    Item,
-    cancellation,
-    reason_item,
-    stored_error,
-    to_item,
-    wire,
-)
-from agent_jobs.store.conditions import (
-    COUNT_FAILURE,
-    FAILURES_LEFT,
-    LEASE_EXPIRED,
-    PARKED_INDEX,
-    lease_held,
-    status_in,
-)
-from agent_jobs.store.results import ClaimResult, Lease
-
-if TYPE_CHECKING:
-    pass
-
+from agent_jobs.store.codec import Item, cancellation, reason_item, stored_error, to_item, wire
+from agent_jobs.store.conditions import COUNT_FAILURE, FAILURES_LEFT, LEASE_EXPIRED, PARKED_INDEX, lease_held, status_in
 from agent_jobs.store.halts import HaltStore
+from agent_jobs.store.results import ClaimResult, Lease
 
 
 class DrainStore(HaltStore):

@@ -11,9 +11,7 @@ from agent_jobs.core.records import JobRecord, WorkspaceRecord
 from agent_jobs.core.transitions import DECIDABLE, JobAction, WorkspaceAction, job_target
 from agent_jobs.keys import job_key, parked_sequence, workspace_key
 from agent_jobs.models import JobStatus, ResumeDecision, WorkspaceState
-from agent_jobs.store.codec import (
-    Item,
-)
+from agent_jobs.store.codec import Item
 from agent_jobs.store.results import ResumeResult
 
 if TYPE_CHECKING:
