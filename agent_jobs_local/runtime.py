@@ -21,7 +21,6 @@ the functions' duration settings listed in `SCALED_DURATION_SETTINGS` are all mu
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -34,8 +33,20 @@ from agent_jobs_local.emulator import Emulator
 from agent_jobs_local.execution_environment import EnvironmentPool
 from agent_jobs_local.lambda_endpoint import LocalLambdaEndpoint
 from agent_jobs_local.poller import EventSourcePoller
-from agent_jobs_local.runtime_aws import FAKE_CREDENTIALS, EnvironOverrides, aws_clients, scale_visibility_timeout
-from agent_jobs_local.runtime_files import CONTAINER_HOST, container_endpoint, write_connection_file, write_env_file
+from agent_jobs_local.runtime_aws import (
+    FAKE_CREDENTIALS,
+    EnvironOverrides,
+    aws_clients,
+    provision_for_account,
+    scale_visibility_timeout,
+)
+from agent_jobs_local.runtime_files import (
+    CONTAINER_HOST,
+    container_endpoint,
+    local_folders,
+    write_connection_file,
+    write_env_file,
+)
 from agent_jobs_local.runtime_functions import (
     DEFAULT_API_CONCURRENCY,
     SCALED_DURATION_SETTINGS,
@@ -50,7 +61,6 @@ from agent_jobs_local.template import (
     AwsClients,
     ProvisionedResources,
     TemplateModel,
-    provision,
 )
 
 
@@ -106,14 +116,7 @@ class LocalRuntime:
         self.stack_name = stack_name
         self.parameter_overrides = dict(parameter_overrides or {})
         self.time_scale = time_scale
-        self.workspaces_root = Path(workspaces_root or tempfile.mkdtemp(prefix="agent-jobs-workspaces-")).resolve()
-        if remotes_root is None:
-            remotes_root = (
-                Path(workspaces_root).parent / "remotes"
-                if workspaces_root
-                else Path(tempfile.mkdtemp(prefix="agent-jobs-remotes-"))
-            )
-        self.remotes_root = Path(remotes_root).resolve()
+        self.workspaces_root, self.remotes_root = local_folders(workspaces_root, remotes_root)
         self.allowed_private_hosts = tuple(allowed_private_hosts)
         self.api_port = api_port
         self.worker_bootstrap = worker_bootstrap
@@ -161,9 +164,7 @@ class LocalRuntime:
         if self._endpoint_url is not None and boto3.Session().get_credentials() is None:
             # The event source's clients in this process sign their calls too; an emulator accepts any key.
             self._environ.set(FAKE_CREDENTIALS)
-        resources = provision(self._clients(), model)
-        if (resources.account_id, resources.region) != (model.account_id, model.region):
-            model = model.for_account(account_id=resources.account_id, region=resources.region)
+        model, resources = provision_for_account(self._clients(), model)
         self._model, self._resources = model, resources
         scale_visibility_timeout(self._clients(), model, resources, self.time_scale)
 

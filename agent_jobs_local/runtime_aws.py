@@ -1,6 +1,6 @@
-"""The local runtime's AWS side: clients for its endpoint (signed with a fake key for an emulator), the jobs queue's
-VisibilityTimeout scaled like the worker's Timeout, and this process's environment variables set for a run and
-restored after it."""
+"""The local runtime's AWS side: clients for its endpoint (signed with a fake key for an emulator), the template's
+resources provisioned there, the jobs queue's VisibilityTimeout scaled like the worker's Timeout, and this process's
+environment variables set for a run and restored after it."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Final
 
 import boto3
 
-from agent_jobs_local.template import AwsClients, ProvisionedResources, TemplateModel
+from agent_jobs_local.template import AwsClients, ProvisionedResources, TemplateModel, provision
 
 FAKE_CREDENTIALS: Final = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
 
@@ -22,6 +22,15 @@ def aws_clients(region: str, endpoint_url: str | None) -> AwsClients:
         key = "testing"  # an emulator accepts any signature, but boto3 signs nothing without credentials
     session = boto3.Session(region_name=region, aws_access_key_id=key, aws_secret_access_key=key)
     return AwsClients.from_session(session, endpoint_url=endpoint_url)
+
+
+def provision_for_account(clients: AwsClients, model: TemplateModel) -> tuple[TemplateModel, ProvisionedResources]:
+    """The template's resources provisioned through `clients`, and the model for the account and region they are in
+    (an emulator's account or region can differ from the model's)."""
+    resources = provision(clients, model)
+    if (resources.account_id, resources.region) != (model.account_id, model.region):
+        model = model.for_account(account_id=resources.account_id, region=resources.region)
+    return model, resources
 
 
 def scale_visibility_timeout(

@@ -1,9 +1,11 @@
-"""The files the local runtime writes for other tools: the connection file the `agent-jobs` command line reads, and
-the `--env-vars` file of `sam local invoke` / `sam local start-api` (with the emulator as a container reaches it)."""
+"""The local runtime's folders and the files it writes for other tools: the connection file the `agent-jobs` command
+line reads, and the `--env-vars` file of `sam local invoke` / `sam local start-api` (with the emulator as a container
+reaches it)."""
 
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 from typing import Final
 
@@ -11,6 +13,19 @@ from agent_jobs_local.template import ProvisionedResources, TemplateModel
 
 CONTAINER_HOST: Final = "host.docker.internal"
 _LOOPBACK_HOSTS: Final = ("127.0.0.1", "localhost", "0.0.0.0")
+
+
+def local_folders(workspaces_root: Path | None, remotes_root: Path | None) -> tuple[Path, Path]:
+    """The worker's WORKSPACES_ROOT and both functions' WORKSPACES_REMOTE_ROOT, resolved: the ones given; else a new
+    temporary folder, and for the remotes `remotes` beside a given `workspaces_root`."""
+    workspaces = Path(workspaces_root or tempfile.mkdtemp(prefix="agent-jobs-workspaces-")).resolve()
+    if remotes_root is None:
+        remotes_root = (
+            Path(workspaces_root).parent / "remotes"
+            if workspaces_root
+            else Path(tempfile.mkdtemp(prefix="agent-jobs-remotes-"))
+        )
+    return workspaces, Path(remotes_root).resolve()
 
 
 def container_endpoint(endpoint_url: str) -> str:

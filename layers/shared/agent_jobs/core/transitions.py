@@ -112,19 +112,20 @@ def workspace_sources(action: WorkspaceAction) -> frozenset[WorkspaceState | Non
     return frozenset(WorkspaceState(row.source) if row.source else None for row in _rows(WORKSPACE_TRANSITIONS, action))
 
 
+def _target(table: Iterable[Transition], action: str, source: str | None, *, record: str) -> str:
+    for row in _rows(table, action):
+        if row.source == source:
+            return row.target
+    raise IllegalTransition(f"a {record} cannot {action} from {source or 'no record'}")
+
+
 def job_target(action: JobAction, source: JobStatus | None) -> JobStatus:
     """The state `action` leaves a job in that was in `source`; IllegalTransition if the table has no such row."""
-    for row in _rows(JOB_TRANSITIONS, action):
-        if row.source == source:
-            return JobStatus(row.target)
-    raise IllegalTransition(f"a job cannot {action} from {source or 'no record'}")
+    return JobStatus(_target(JOB_TRANSITIONS, action, source, record="job"))
 
 
 def workspace_target(action: WorkspaceAction, source: WorkspaceState | None) -> WorkspaceState:
-    for row in _rows(WORKSPACE_TRANSITIONS, action):
-        if row.source == source:
-            return WorkspaceState(row.target)
-    raise IllegalTransition(f"a workspace cannot {action} from {source or 'no record'}")
+    return WorkspaceState(_target(WORKSPACE_TRANSITIONS, action, source, record="workspace"))
 
 
 def recorded(states: Iterable[JobStatus | None]) -> tuple[JobStatus, ...]:

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from mypy_boto3_sqs.client import SQSClient
     from mypy_boto3_sqs.type_defs import SendMessageBatchRequestEntryTypeDef
 
-from agent_jobs.producer.common import admit, counted, message_attributes
+from agent_jobs.producer.common import admit, counted, message_attributes, repeat_fields
 from agent_jobs.producer.errors import (
     InvalidBatchError,
     JobConflictError,
@@ -238,15 +238,7 @@ def _answer_known(job: ApplyPatchJob | RunTestsJob | OpenPrJob, outcome: AcceptR
         unregistered = WorkspaceUnregisteredError(job.workspace_id)
         return BatchItemResult(job.job_id, HTTPStatus.NOT_FOUND, message=str(unregistered))
     if outcome.outcome is AcceptOutcome.EXISTING:
-        stored = outcome.item
-        return BatchItemResult(
-            job.job_id,
-            HTTPStatus.ACCEPTED,
-            status=str(stored.get("status", JobStatus.QUEUED)),
-            message_id=stored.get("messageId"),
-            sequence_number=stored.get("sequenceNumber"),
-            created=False,
-        )
+        return BatchItemResult(job.job_id, HTTPStatus.ACCEPTED, **repeat_fields(outcome.item))
     return None
 
 

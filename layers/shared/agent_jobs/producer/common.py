@@ -1,12 +1,13 @@
-"""What sending a job and sending a batch share: quota admission, and the message attributes."""
+"""What sending a job and sending a batch share: quota admission, the message attributes, and the answer to a repeat
+of an accepted job."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from agent_jobs.guard import AcceptOutcome, AcceptResult, JobGuard
-from agent_jobs.models import ApplyPatchJob, OpenPrJob, RunTestsJob
+from agent_jobs.models import ApplyPatchJob, JobStatus, OpenPrJob, RunTestsJob
 from agent_jobs.quotas import Admission, JobQuotas
 
 if TYPE_CHECKING:
@@ -47,4 +48,15 @@ def message_attributes(tenant_id: str, job_type: str) -> dict[str, MessageAttrib
     return {
         "tenantId": {"DataType": "String", "StringValue": tenant_id},
         "type": {"DataType": "String", "StringValue": job_type},
+    }
+
+
+def repeat_fields(item: Mapping[str, Any]) -> dict[str, Any]:
+    """A repeat of an accepted job is answered from its record: its status, message id and SequenceNumber, not
+    created."""
+    return {
+        "status": str(item.get("status", JobStatus.QUEUED)),
+        "message_id": item.get("messageId"),
+        "sequence_number": item.get("sequenceNumber"),
+        "created": False,
     }

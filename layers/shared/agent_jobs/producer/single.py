@@ -14,7 +14,7 @@ from agent_jobs.quotas import JobQuotas
 if TYPE_CHECKING:
     from mypy_boto3_sqs.client import SQSClient
 
-from agent_jobs.producer.common import admit, counted
+from agent_jobs.producer.common import admit, counted, message_attributes, repeat_fields
 from agent_jobs.producer.errors import (
     JobConflictError,
     PayloadTooLargeError,
@@ -97,23 +97,13 @@ def enqueue_job(
     if accepted.outcome is AcceptOutcome.WORKSPACE_UNREGISTERED:
         raise WorkspaceUnregisteredError(job.workspace_id)
     if accepted.outcome is AcceptOutcome.EXISTING:
-        item = accepted.item
-        return EnqueueResult(
-            job_id=job.job_id,
-            status=str(item.get("status", JobStatus.QUEUED)),
-            message_id=item.get("messageId"),
-            sequence_number=item.get("sequenceNumber"),
-            created=False,
-        )
+        return EnqueueResult(job_id=job.job_id, **repeat_fields(accepted.item))
     response = sqs.send_message(
         QueueUrl=queue_url,
         MessageBody=body,
         MessageGroupId=workspace_group_id(job.workspace_id),
         MessageDeduplicationId=deduplication_id(tenant_id, job.job_id, str(job.type)),
-        MessageAttributes={
-            "tenantId": {"DataType": "String", "StringValue": tenant_id},
-            "type": {"DataType": "String", "StringValue": str(job.type)},
-        },
+        MessageAttributes=message_attributes(tenant_id, str(job.type)),
     )
     message_id = response["MessageId"]
     sequence_number = response.get("SequenceNumber")

@@ -13,16 +13,8 @@ from agent_jobs.core.records import JobRecord
 from agent_jobs.keys import job_key, workspace_key
 from agent_jobs.models import JobMessage, JobStatus
 from agent_jobs.store.base import message_tenant
-from agent_jobs.store.codec import (
-    Item,
-    cancellation,
-    reason_failed,
-    to_item,
-    wire,
-)
-from agent_jobs.store.conditions import (
-    sequence_clauses,
-)
+from agent_jobs.store.codec import Item, cancellation, reason_failed, to_item, wire
+from agent_jobs.store.conditions import sequence_clauses
 from agent_jobs.store.results import AcceptResult
 
 if TYPE_CHECKING:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, cast
 
 from botocore.exceptions import ClientError
 
@@ -65,10 +66,45 @@ class StoreBase:
             raise
         return True
 
+    def _update(
+        self,
+        pk: str,
+        expression: str,
+        values: Mapping[str, Any],
+        *,
+        condition: str | None = None,
+        names: Mapping[str, str] | None = None,
+        return_old: bool = False,
+    ) -> TransactWriteItemTypeDef:
+        """An UpdateItem of the item `pk` as a transaction's item (`_transact` sends one alone as an UpdateItem);
+        `return_old` asks for the item as it was when `condition` fails."""
+        update: dict[str, Any] = {"TableName": self._table, "Key": wire({"pk": pk}), "UpdateExpression": expression}
+        if condition is not None:
+            update["ConditionExpression"] = condition
+        if names:
+            update["ExpressionAttributeNames"] = dict(names)
+        update["ExpressionAttributeValues"] = wire(values)
+        if return_old:
+            update["ReturnValuesOnConditionCheckFailure"] = "ALL_OLD"
+        return cast("TransactWriteItemTypeDef", {"Update": update})
+
     def _read(self, pk: str) -> Item | None:
         """The item of key `pk`, read consistently; None when there is none."""
         raw = self._client.get_item(TableName=self._table, Key=wire({"pk": pk}), ConsistentRead=True).get("Item")
         return to_item(raw) if raw else None
+
+
+def message_values(message: JobMessage, message_id: str) -> dict[str, Any]:
+    """The placeholders of what a delivered message records on its job: `:jid`, `:wid`, `:tid` (its tenant), `:type`,
+    `:hash` (its payload's) and `:mid` (the queue's message id)."""
+    return {
+        ":jid": message.job_id,
+        ":wid": message.workspace_id,
+        ":tid": message_tenant(message),
+        ":type": str(message.type),
+        ":hash": message.payload_hash,
+        ":mid": message_id,
+    }
 
 
 def message_tenant(message: JobMessage) -> str:

@@ -47,6 +47,12 @@ def status_in(values: dict[str, Any], action: JobAction) -> str:
     return f"#status IN ({', '.join(names)})"
 
 
+def lease_held(values: dict[str, Any], owner: str) -> str:
+    """LEASE_HELD for the lease of `owner` (its placeholders added to `values`)."""
+    values.update({":owner": owner, ":inflight": str(JobStatus.IN_FLIGHT)})
+    return LEASE_HELD
+
+
 def sequence_clauses(values: dict[str, Any], sequence_number: str | None) -> str:
     """The SET clauses (with a leading comma) recording a message's SequenceNumber; the first one recorded stays the
     job's place in its workspace's queue order (`queueSeq`, the key of the pending index). Values go into `values`."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import secrets
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from botocore.exceptions import ClientError
 
@@ -13,28 +13,10 @@ from agent_jobs.core.records import JobRecord
 from agent_jobs.core.transitions import JobAction
 from agent_jobs.keys import job_key, parked_sequence, workspace_key
 from agent_jobs.models import JobStatus, WorkspaceState
-from agent_jobs.store.codec import (
-    Item,
-    cancellation,
-    reason_item,
-    stored_error,
-    to_item,
-    wire,
-)
-from agent_jobs.store.conditions import (
-    COUNT_FAILURE,
-    FAILURES_LEFT,
-    LEASE_EXPIRED,
-    LEASE_HELD,
-    PARKED_INDEX,
-    status_in,
-)
-from agent_jobs.store.results import ClaimResult, Lease
-
-if TYPE_CHECKING:
-    from mypy_boto3_dynamodb.type_defs import TransactWriteItemTypeDef
-
+from agent_jobs.store.codec import Item, cancellation, reason_item, stored_error, to_item, wire
+from agent_jobs.store.conditions import COUNT_FAILURE, FAILURES_LEFT, LEASE_EXPIRED, PARKED_INDEX, lease_held, status_in
 from agent_jobs.store.halts import HaltStore
+from agent_jobs.store.results import ClaimResult, Lease
 
 
 class DrainStore(HaltStore):
@@ -113,22 +95,16 @@ class DrainStore(HaltStore):
             job_condition = f"{LEASE_EXPIRED} AND attempt < :maxclaims"
         else:
             job_condition = status_in(values, JobAction.DRAIN)
-        job_update: TransactWriteItemTypeDef = {
-            "Update": {
-                "TableName": self._table,
-                "Key": wire({"pk": job_key(tenant_id, job_id)}),
-                "UpdateExpression": (
-                    "SET #status = :inflight, attempt = if_not_exists(attempt, :zero) + :one, leaseOwner = :owner,"
-                    " leaseExpiresAt = :exp, updatedAt = :now,"
-                    " history = list_append(if_not_exists(history, :empty), :entry)"
-                    " REMOVE parkedWorkspace, parkedSeq"
-                ),
-                "ConditionExpression": job_condition,
-                "ExpressionAttributeNames": {"#status": "status"},
-                "ExpressionAttributeValues": wire(values),
-                "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-            }
-        }
+        job_update = self._update(
+            job_key(tenant_id, job_id),
+            "SET #status = :inflight, attempt = if_not_exists(attempt, :zero) + :one, leaseOwner = :owner,"
+            " leaseExpiresAt = :exp, updatedAt = :now, history = list_append(if_not_exists(history, :empty), :entry)"
+            " REMOVE parkedWorkspace, parkedSeq",
+            values,
+            condition=job_condition,
+            names={"#status": "status"},
+            return_old=True,
+        )
         ws_values: dict[str, Any] = {
             ":resuming": str(WorkspaceState.RESUMING),
             ":rid": resume_id,
@@ -149,17 +125,14 @@ class DrainStore(HaltStore):
                 " AND attribute_not_exists(undecidedJobIds)"
             )
             ws_expression = "SET drainingJobId = :jid, updatedAt = :now ADD parkedCount :minus"
-        workspace_update: TransactWriteItemTypeDef = {
-            "Update": {
-                "TableName": self._table,
-                "Key": wire({"pk": workspace_key(workspace_id)}),
-                "UpdateExpression": ws_expression,
-                "ConditionExpression": ws_condition,
-                "ExpressionAttributeNames": {"#state": "state"},
-                "ExpressionAttributeValues": wire(ws_values),
-                "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-            }
-        }
+        workspace_update = self._update(
+            workspace_key(workspace_id),
+            ws_expression,
+            ws_values,
+            condition=ws_condition,
+            names={"#state": "state"},
+            return_old=True,
+        )
         try:
             self._client.transact_write_items(TransactItems=[job_update, workspace_update])
         except ClientError as error:
@@ -200,90 +173,60 @@ class DrainStore(HaltStore):
         if drained_seq is not None:
             values[":dseq"] = drained_seq
             expression += ", lastDrainedSeq = :dseq"
-        return self._transact(
-            [
-                {
-                    "Update": {
-                        "TableName": self._table,
-                        "Key": wire({"pk": workspace_key(workspace_id)}),
-                        "UpdateExpression": expression + " REMOVE drainingJobId",
-                        "ConditionExpression": "drainingJobId = :jid",
-                        "ExpressionAttributeValues": wire(values),
-                    }
-                }
-            ]
+        update = self._update(
+            workspace_key(workspace_id), expression + " REMOVE drainingJobId", values, condition="drainingJobId = :jid"
         )
+        return self._transact([update])
 
     def activate(self, workspace_id: str, resume_id: str) -> bool:
         """RESUMING → ACTIVE, only if this resume is still the current one, nothing is parked (`parkedCount` = 0), no
         drained job is unfinished and no halting job is undecided (`undecidedJobIds` absent: DynamoDB drops an empty
         set). Out of the halted index. False otherwise (come back later, or the marker is stale)."""
-        return self._transact(
-            [
-                {
-                    "Update": {
-                        "TableName": self._table,
-                        "Key": wire({"pk": workspace_key(workspace_id)}),
-                        "UpdateExpression": (
-                            "SET #state = :active, updatedAt = :now REMOVE resumeId, haltedTenant, drainingJobId"
-                        ),
-                        "ConditionExpression": (
-                            "#state = :resuming AND resumeId = :rid"
-                            " AND (attribute_not_exists(parkedCount) OR parkedCount = :zero)"
-                            " AND attribute_not_exists(drainingJobId) AND attribute_not_exists(undecidedJobIds)"
-                        ),
-                        "ExpressionAttributeNames": {"#state": "state"},
-                        "ExpressionAttributeValues": wire(
-                            {
-                                ":active": str(WorkspaceState.ACTIVE),
-                                ":resuming": str(WorkspaceState.RESUMING),
-                                ":rid": resume_id,
-                                ":zero": 0,
-                                ":now": self._clock(),
-                            }
-                        ),
-                    }
-                }
-            ]
+        values = {
+            ":active": str(WorkspaceState.ACTIVE),
+            ":resuming": str(WorkspaceState.RESUMING),
+            ":rid": resume_id,
+            ":zero": 0,
+            ":now": self._clock(),
+        }
+        update = self._update(
+            workspace_key(workspace_id),
+            "SET #state = :active, updatedAt = :now REMOVE resumeId, haltedTenant, drainingJobId",
+            values,
+            condition="#state = :resuming AND resumeId = :rid"
+            " AND (attribute_not_exists(parkedCount) OR parkedCount = :zero)"
+            " AND attribute_not_exists(drainingJobId) AND attribute_not_exists(undecidedJobIds)",
+            names={"#state": "state"},
         )
+        return self._transact([update])
 
     def _park_drained_again(self, lease: Lease, error: str, now: int) -> FailOutcome | None:
         """A drained job failed and has attempts left: PARKED again at its place (counted), the drain released.
         None when it has no attempts left (the caller makes it DEAD)."""
         values = {
             ":parked": str(JobStatus.PARKED),
-            ":inflight": str(JobStatus.IN_FLIGHT),
             ":error": stored_error(error),
             ":now": now,
-            ":owner": lease.owner,
             **self._failure_values(),
             ":pws": lease.workspace_id,
             ":pseq": lease.parked_seq or parked_sequence(None, now),
             ":entry": [{"status": str(JobStatus.PARKED), "at": now, "error": error[:500], "resumeId": lease.resume_id}],
         }
-        job_update: TransactWriteItemTypeDef = {
-            "Update": {
-                "TableName": self._table,
-                "Key": wire({"pk": job_key(lease.tenant_id, lease.job_id)}),
-                "UpdateExpression": (
-                    "SET #status = :parked, #error = :error, updatedAt = :now, parkedWorkspace = :pws,"
-                    f" parkedSeq = :pseq, {COUNT_FAILURE},"
-                    " history = list_append(history, :entry)"
-                ),
-                "ConditionExpression": f"{LEASE_HELD} AND {FAILURES_LEFT}",
-                "ExpressionAttributeNames": {"#status": "status", "#error": "error"},
-                "ExpressionAttributeValues": wire(values),
-                "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-            }
-        }
-        workspace_update: TransactWriteItemTypeDef = {
-            "Update": {
-                "TableName": self._table,
-                "Key": wire({"pk": workspace_key(lease.workspace_id)}),
-                "UpdateExpression": "SET updatedAt = :now ADD parkedCount :one REMOVE drainingJobId",
-                "ExpressionAttributeValues": wire({":now": now, ":one": 1}),
-            }
-        }
+        condition = f"{lease_held(values, lease.owner)} AND {FAILURES_LEFT}"
+        job_update = self._update(
+            job_key(lease.tenant_id, lease.job_id),
+            "SET #status = :parked, #error = :error, updatedAt = :now, parkedWorkspace = :pws, parkedSeq = :pseq,"
+            f" {COUNT_FAILURE}, history = list_append(history, :entry)",
+            values,
+            condition=condition,
+            names={"#status": "status", "#error": "error"},
+            return_old=True,
+        )
+        workspace_update = self._update(
+            workspace_key(lease.workspace_id),
+            "SET updatedAt = :now ADD parkedCount :one REMOVE drainingJobId",
+            {":now": now, ":one": 1},
+        )
         try:
             self._client.transact_write_items(TransactItems=[job_update, workspace_update])
         except ClientError as client_error:

@@ -9,20 +9,9 @@ from agent_jobs.core import decisions
 from agent_jobs.core.transitions import JobAction
 from agent_jobs.keys import job_key, parked_sequence, workspace_key
 from agent_jobs.models import JobMessage, JobStatus, WorkspaceState
-from agent_jobs.store.base import message_tenant
-from agent_jobs.store.codec import (
-    BODY_SET,
-    Item,
-    body_values,
-    stored_error,
-    wire,
-)
-from agent_jobs.store.conditions import (
-    LEASE_EXPIRED,
-    LEASE_HELD,
-    sequence_clauses,
-    status_in,
-)
+from agent_jobs.store.base import message_tenant, message_values
+from agent_jobs.store.codec import BODY_SET, Item, body_values, stored_error
+from agent_jobs.store.conditions import LEASE_EXPIRED, lease_held, sequence_clauses, status_in
 from agent_jobs.store.results import Lease
 
 if TYPE_CHECKING:
@@ -71,12 +60,7 @@ class HaltStore(QueryStore):
             ":parked": str(JobStatus.PARKED),
             ":inflight": str(JobStatus.IN_FLIGHT),
             ":now": now,
-            ":jid": message.job_id,
-            ":wid": message.workspace_id,
-            ":tid": message_tenant(message),
-            ":type": str(message.type),
-            ":hash": message.payload_hash,
-            ":mid": message_id,
+            **message_values(message, message_id),
             **body_values(body),
             ":reason": stored_error(reason),
             ":pws": message.workspace_id,
@@ -102,29 +86,22 @@ class HaltStore(QueryStore):
         ]
         # Never over another job's record: a message reusing a jobId with another payload parks nothing.
         if lease is not None:
-            values[":owner"] = lease.owner
-            condition = LEASE_HELD
+            condition = lease_held(values, lease.owner)
         else:
             condition = (
                 "attribute_not_exists(pk) OR ((attribute_not_exists(payloadHash) OR payloadHash = :hash)"
                 f" AND ({status_in(values, JobAction.PARK)} OR ({LEASE_EXPIRED})))"
             )
-        job_update: TransactWriteItemTypeDef = {
-            "Update": {
-                "TableName": self._table,
-                "Key": wire({"pk": job_key(message_tenant(message), message.job_id)}),
-                # A parked job waits for an operator: TTL must not collect it (TTL is garbage collection only).
-                "UpdateExpression": (
-                    "SET "
-                    + ", ".join(set_clauses)
-                    + sequence_clauses(values, sequence_number)
-                    + " REMOVE #ttl, pendingWorkspace"  # a resume runs it in order, from the parked index
-                ),
-                "ConditionExpression": condition,
-                "ExpressionAttributeNames": {"#status": "status", "#type": "type", "#ttl": "ttl"},
-                "ExpressionAttributeValues": wire(values),
-            }
-        }
+        # A parked job waits for an operator: TTL must not collect it (TTL is garbage collection only). A resume runs
+        # it in order, from the parked index.
+        expression = "SET " + ", ".join(set_clauses) + sequence_clauses(values, sequence_number)
+        job_update = self._update(
+            job_key(message_tenant(message), message.job_id),
+            expression + " REMOVE #ttl, pendingWorkspace",
+            values,
+            condition=condition,
+            names={"#status": "status", "#type": "type", "#ttl": "ttl"},
+        )
         if missing:
             missing_ids = [str(item["jobId"]) for item in missing]
             workspace_update = self._halt_workspace(
@@ -184,15 +161,9 @@ class HaltStore(QueryStore):
         if parked_delta:
             values[":pdelta"] = parked_delta
             expression += ", parkedCount :pdelta"
-        return {
-            "Update": {
-                "TableName": self._table,
-                "Key": wire({"pk": workspace_key(workspace_id)}),
-                "UpdateExpression": expression + " REMOVE resumeId",
-                "ExpressionAttributeNames": {"#state": "state"},
-                "ExpressionAttributeValues": wire(values),
-            }
-        }
+        return self._update(
+            workspace_key(workspace_id), expression + " REMOVE resumeId", values, names={"#state": "state"}
+        )
 
     def _dead_and_halt(
         self, old: Item, *, error: str, expect_owner: Any, expect_status: str, body: str | None = None
@@ -219,21 +190,16 @@ class HaltStore(QueryStore):
         else:
             values[":owner"] = expect_owner
             condition += " AND leaseOwner = :owner"
-        job_update: TransactWriteItemTypeDef = {
-            "Update": {
-                "TableName": self._table,
-                "Key": wire({"pk": job_key(tenant_id, job_id)}),
-                # A DEAD job halts its workspace until an operator decides: TTL must not collect it.
-                "UpdateExpression": (
-                    "SET #status = :dead, #error = :error, updatedAt = :now, finishedAt = :now,"
-                    f" history = list_append(if_not_exists(history, :empty), :entry){store_body}"
-                    " REMOVE #ttl, pendingWorkspace"
-                ),
-                "ConditionExpression": condition,
-                "ExpressionAttributeNames": {"#status": "status", "#error": "error", "#ttl": "ttl"},
-                "ExpressionAttributeValues": wire(values),
-            }
-        }
+        # A DEAD job halts its workspace until an operator decides: TTL must not collect it.
+        job_update = self._update(
+            job_key(tenant_id, job_id),
+            "SET #status = :dead, #error = :error, updatedAt = :now, finishedAt = :now,"
+            f" history = list_append(if_not_exists(history, :empty), :entry){store_body}"
+            " REMOVE #ttl, pendingWorkspace",
+            values,
+            condition=condition,
+            names={"#status": "status", "#error": "error", "#ttl": "ttl"},
+        )
         halt = self._halt_workspace(
             str(old["workspaceId"]), old.get("tenantId"), job_id, f"job {job_id} is DEAD: {error}", now
         )
@@ -242,24 +208,16 @@ class HaltStore(QueryStore):
     def _count_parked(
         self, workspace_id: str, delta: int, now: int, *, only_if_halted: bool = False
     ) -> TransactWriteItemTypeDef:
-        update: TransactWriteItemTypeDef = {
-            "Update": {
-                "TableName": self._table,
-                "Key": wire({"pk": workspace_key(workspace_id)}),
-                "UpdateExpression": "SET updatedAt = :now ADD parkedCount :delta",
-                "ExpressionAttributeValues": wire({":now": now, ":delta": delta}),
-            }
-        }
-        if only_if_halted:
-            # A job parks only behind a halt: if the workspace is ACTIVE again, the job must be claimed instead.
-            update["Update"]["ConditionExpression"] = "#state IN (:halted, :resuming)"
-            update["Update"]["ExpressionAttributeNames"] = {"#state": "state"}
-            update["Update"]["ExpressionAttributeValues"] = wire(
-                {
-                    ":now": now,
-                    ":delta": delta,
-                    ":halted": str(WorkspaceState.HALTED),
-                    ":resuming": str(WorkspaceState.RESUMING),
-                }
-            )
-        return update
+        expression = "SET updatedAt = :now ADD parkedCount :delta"
+        values: dict[str, Any] = {":now": now, ":delta": delta}
+        if not only_if_halted:
+            return self._update(workspace_key(workspace_id), expression, values)
+        # A job parks only behind a halt: if the workspace is ACTIVE again, the job must be claimed instead.
+        values.update({":halted": str(WorkspaceState.HALTED), ":resuming": str(WorkspaceState.RESUMING)})
+        return self._update(
+            workspace_key(workspace_id),
+            expression,
+            values,
+            condition="#state IN (:halted, :resuming)",
+            names={"#state": "state"},
+        )

@@ -14,21 +14,14 @@ from agent_jobs.core.records import JobRecord
 from agent_jobs.core.transitions import JobAction
 from agent_jobs.keys import job_key, workspace_key
 from agent_jobs.models import JobMessage, JobStatus, WorkspaceState
-from agent_jobs.store.base import message_tenant
-from agent_jobs.store.codec import (
-    cancellation,
-    condition_failed,
-    reason_item,
-    stored_error,
-    to_item,
-    wire,
-)
+from agent_jobs.store.base import message_tenant, message_values
+from agent_jobs.store.codec import cancellation, condition_failed, reason_item, stored_error, to_item, wire
 from agent_jobs.store.conditions import (
     COUNT_FAILURE,
     FAILURES_LEFT,
     LEASE_EXPIRED,
-    LEASE_HELD,
     SAME_PAYLOAD,
+    lease_held,
     sequence_clauses,
     status_in,
 )
@@ -83,12 +76,7 @@ class LeaseStore(DrainStore):
             ":one": 1,
             ":owner": owner,
             ":exp": expires,
-            ":jid": message.job_id,
-            ":wid": message.workspace_id,
-            ":tid": message_tenant(message),
-            ":type": str(message.type),
-            ":hash": message.payload_hash,
-            ":mid": message_id,
+            **message_values(message, message_id),
             ":ttl": self._ttl(now),
             ":empty": [],
             ":entry": [{"status": str(JobStatus.IN_FLIGHT), "at": now, "messageId": message_id}],
@@ -121,27 +109,20 @@ class LeaseStore(DrainStore):
             set_clauses.append("leaseShared = :true")
         if not alone or near_delivery_limit:
             values[":true"] = True
-        job_update: TransactWriteItemTypeDef = {
-            "Update": {
-                "TableName": self._table,
-                "Key": wire({"pk": job_key(message_tenant(message), message.job_id)}),
-                "UpdateExpression": (
-                    "SET "
-                    + ", ".join(set_clauses)
-                    + sequence_clauses(values, sequence_number)
-                    + " REMOVE "
-                    + ", ".join(removed)
-                ),
-                "ConditionExpression": (
-                    f"{SAME_PAYLOAD}"
-                    f" AND (attribute_not_exists(pk) OR {status_in(values, JobAction.CLAIM)}{takeover})"
-                    " AND (attribute_not_exists(attempt) OR attempt < :maxclaims)"
-                ),
-                "ExpressionAttributeNames": {"#status": "status", "#type": "type", "#ttl": "ttl", "#error": "error"},
-                "ExpressionAttributeValues": wire(values),
-                "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-            }
-        }
+        expression = "SET " + ", ".join(set_clauses) + sequence_clauses(values, sequence_number)
+        condition = (
+            f"{SAME_PAYLOAD}"
+            f" AND (attribute_not_exists(pk) OR {status_in(values, JobAction.CLAIM)}{takeover})"
+            " AND (attribute_not_exists(attempt) OR attempt < :maxclaims)"
+        )
+        job_update = self._update(
+            job_key(message_tenant(message), message.job_id),
+            expression + " REMOVE " + ", ".join(removed),
+            values,
+            condition=condition,
+            names={"#status": "status", "#type": "type", "#ttl": "ttl", "#error": "error"},
+            return_old=True,
+        )
         try:
             self._client.transact_write_items(
                 TransactItems=[job_update, self._workspace_active_check(message.workspace_id)]
@@ -195,32 +176,25 @@ class LeaseStore(DrainStore):
     def complete(self, lease: Lease, result: Mapping[str, Any]) -> bool:
         """SUCCEEDED, conditional on still owning the lease. False means another worker took over: nothing written."""
         now = self._clock()
-        try:
-            self._client.update_item(
-                TableName=self._table,
-                Key=wire({"pk": job_key(lease.tenant_id, lease.job_id)}),
-                UpdateExpression=(
+        values = {
+            ":succeeded": str(JobStatus.SUCCEEDED),
+            ":result": dict(result),
+            ":now": now,
+            ":entry": [{"status": str(JobStatus.SUCCEEDED), "at": now}],
+        }
+        condition = lease_held(values, lease.owner)
+        return self._transact(
+            [
+                self._update(
+                    job_key(lease.tenant_id, lease.job_id),
                     "SET #status = :succeeded, #result = :result, updatedAt = :now, finishedAt = :now,"
-                    " history = list_append(history, :entry) REMOVE pendingWorkspace"
-                ),
-                ConditionExpression=LEASE_HELD,
-                ExpressionAttributeNames={"#status": "status", "#result": "result"},
-                ExpressionAttributeValues=wire(
-                    {
-                        ":succeeded": str(JobStatus.SUCCEEDED),
-                        ":inflight": str(JobStatus.IN_FLIGHT),
-                        ":result": dict(result),
-                        ":now": now,
-                        ":owner": lease.owner,
-                        ":entry": [{"status": str(JobStatus.SUCCEEDED), "at": now}],
-                    }
-                ),
-            )
-        except ClientError as error:
-            if condition_failed(error):
-                return False
-            raise
-        return True
+                    " history = list_append(history, :entry) REMOVE pendingWorkspace",
+                    values,
+                    condition=condition,
+                    names={"#status": "status", "#result": "result"},
+                )
+            ]
+        )
 
     def fail(self, lease: Lease, error: str, *, permanent: bool = False, body: str | None = None) -> FailOutcome:
         """Record a failed attempt. Retryable with attempts left → FAILED (PARKED again for a job a resume's drain
@@ -233,29 +207,25 @@ class LeaseStore(DrainStore):
                 return parked
             error = f"{error} (attempts exhausted: {self._max_attempts})"
         elif not permanent:
+            values = {
+                ":failed": str(JobStatus.FAILED),
+                ":error": stored_error(error),
+                ":now": now,
+                **self._failure_values(),
+                ":entry": [{"status": str(JobStatus.FAILED), "at": now, "error": error[:500]}],
+            }
+            condition = f"{lease_held(values, lease.owner)} AND {FAILURES_LEFT}"
+            update = self._update(
+                job_key(lease.tenant_id, lease.job_id),
+                f"SET #status = :failed, #error = :error, updatedAt = :now, {COUNT_FAILURE},"
+                " history = list_append(history, :entry)",
+                values,
+                condition=condition,
+                names={"#status": "status", "#error": "error"},
+                return_old=True,
+            )
             try:
-                self._client.update_item(
-                    TableName=self._table,
-                    Key=wire({"pk": job_key(lease.tenant_id, lease.job_id)}),
-                    UpdateExpression=(
-                        "SET #status = :failed, #error = :error, updatedAt = :now,"
-                        f" {COUNT_FAILURE}, history = list_append(history, :entry)"
-                    ),
-                    ConditionExpression=f"{LEASE_HELD} AND {FAILURES_LEFT}",
-                    ExpressionAttributeNames={"#status": "status", "#error": "error"},
-                    ExpressionAttributeValues=wire(
-                        {
-                            ":failed": str(JobStatus.FAILED),
-                            ":inflight": str(JobStatus.IN_FLIGHT),
-                            ":error": stored_error(error),
-                            ":now": now,
-                            ":owner": lease.owner,
-                            **self._failure_values(),
-                            ":entry": [{"status": str(JobStatus.FAILED), "at": now, "error": error[:500]}],
-                        }
-                    ),
-                    ReturnValuesOnConditionCheckFailure="ALL_OLD",
-                )
+                self._client.update_item(**update["Update"])
             except ClientError as client_error:
                 if not condition_failed(client_error):
                     raise

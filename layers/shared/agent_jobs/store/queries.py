@@ -5,28 +5,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from agent_jobs.core.transitions import UNSETTLED
 from agent_jobs.keys import job_key, parked_sequence, workspace_key
 from agent_jobs.models import JobStatus, WorkspaceState
-from agent_jobs.store.codec import (
-    Item,
-    to_item,
-    wire,
-)
-from agent_jobs.store.conditions import (
-    HALTED_INDEX,
-    MAX_MISSING_LISTED,
-    PENDING_INDEX,
-    WORKSPACE_INDEX,
-)
-from agent_jobs.store.results import HaltedPage, JobPage
-
-if TYPE_CHECKING:
-    pass
-
 from agent_jobs.store.base import StoreBase
+from agent_jobs.store.codec import Item, to_item, wire
+from agent_jobs.store.conditions import HALTED_INDEX, MAX_MISSING_LISTED, PENDING_INDEX, WORKSPACE_INDEX
+from agent_jobs.store.results import HaltedPage, JobPage
 
 
 class QueryStore(StoreBase):

@@ -2,21 +2,11 @@
 
 from __future__ import annotations
 
-import functools
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from agent_jobs.keys import job_key
 from agent_jobs.models import JobStatus
-from agent_jobs.store.codec import (
-    BODY_SET,
-    body_values,
-    stored_error,
-    wire,
-)
-
-if TYPE_CHECKING:
-    from mypy_boto3_dynamodb.type_defs import TransactWriteItemTypeDef
-
+from agent_jobs.store.codec import BODY_SET, body_values, stored_error, wire
 from agent_jobs.store.halts import HaltStore
 
 
@@ -39,72 +29,51 @@ class RejectStore(HaltStore):
         accepted job that a bad message must not overwrite) under `msg#<messageId>`. Returns False only if neither
         could be written (the same message was rejected before).
         """
-        record = functools.partial(
-            self._reject,
-            message_id=message_id,
-            workspace_id=workspace_id,
-            tenant_id=tenant_id,
-            reason=reason,
-            body=body,
-        )
-        if job_id and tenant_id and record(pk=job_key(tenant_id, job_id), job_id=job_id):
-            return True
-        # No usable jobId or tenant, or it names a job that exists: the bad message is recorded under its own id.
-        return record(pk=f"msg#{message_id}", job_id=None)
-
-    def _reject(
-        self,
-        *,
-        message_id: str,
-        pk: str,
-        job_id: str | None,
-        workspace_id: str,
-        tenant_id: str | None,
-        reason: str,
-        body: str,
-    ) -> bool:
-        now = self._clock()
-        values = {
-            ":rejected": str(JobStatus.REJECTED),
-            ":wid": workspace_id,
-            ":mid": message_id,
-            **body_values(body),
-            ":reason": stored_error(reason),
-            ":now": now,
-            ":empty": [],
-            ":entry": [{"status": str(JobStatus.REJECTED), "at": now, "reason": reason[:500]}],
-        }
-        set_clauses = [
-            "#status = :rejected",
-            "workspaceId = :wid",
-            "messageId = :mid",
-            BODY_SET,
-            "#error = :reason",
-            "acceptedAt = if_not_exists(acceptedAt, :now)",
-            "updatedAt = :now",
-            "history = list_append(if_not_exists(history, :empty), :entry)",
-        ]
-        if job_id:
-            values[":jid"] = job_id
-            set_clauses.append("jobId = :jid")
-        if tenant_id:
-            values[":tid"] = tenant_id
-            set_clauses.append("tenantId = if_not_exists(tenantId, :tid)")
-        job_update: TransactWriteItemTypeDef = {
-            "Update": {
-                "TableName": self._table,
-                "Key": wire({"pk": pk}),
-                "UpdateExpression": "SET " + ", ".join(set_clauses) + " REMOVE #ttl",
+        # Under the jobId when there is a usable one; else, or when it names a job that exists, under its own id.
+        keys: list[tuple[str, str | None]] = [(f"msg#{message_id}", None)]
+        if job_id and tenant_id:
+            keys.insert(0, (job_key(tenant_id, job_id), job_id))
+        for pk, recorded_job_id in keys:
+            now = self._clock()
+            values = {
+                ":rejected": str(JobStatus.REJECTED),
+                ":wid": workspace_id,
+                ":mid": message_id,
+                **body_values(body),
+                ":reason": stored_error(reason),
+                ":now": now,
+                ":empty": [],
+                ":entry": [{"status": str(JobStatus.REJECTED), "at": now, "reason": reason[:500]}],
+            }
+            set_clauses = [
+                "#status = :rejected",
+                "workspaceId = :wid",
+                "messageId = :mid",
+                BODY_SET,
+                "#error = :reason",
+                "acceptedAt = if_not_exists(acceptedAt, :now)",
+                "updatedAt = :now",
+                "history = list_append(if_not_exists(history, :empty), :entry)",
+            ]
+            if recorded_job_id:
+                values[":jid"] = recorded_job_id
+                set_clauses.append("jobId = :jid")
+            if tenant_id:
+                values[":tid"] = tenant_id
+                set_clauses.append("tenantId = if_not_exists(tenantId, :tid)")
+            job_update = self._update(
+                pk,
+                "SET " + ", ".join(set_clauses) + " REMOVE #ttl",
+                values,
                 # Only a new record, or this same message's own rejection delivered again: never another message's
                 # rejection (possibly another tenant's job of the same jobId), which would take its body and reason.
-                "ConditionExpression": "attribute_not_exists(pk) OR (#status = :rejected AND messageId = :mid)",
-                "ExpressionAttributeNames": {"#status": "status", "#error": "error", "#ttl": "ttl"},
-                "ExpressionAttributeValues": wire(values),
-            }
-        }
-        return self._transact(
-            [job_update, self._halt_workspace(workspace_id, tenant_id, job_id or pk, f"rejected: {reason}", now)]
-        )
+                condition="attribute_not_exists(pk) OR (#status = :rejected AND messageId = :mid)",
+                names={"#status": "status", "#error": "error", "#ttl": "ttl"},
+            )
+            halt = self._halt_workspace(workspace_id, tenant_id, recorded_job_id or pk, f"rejected: {reason}", now)
+            if self._transact([job_update, halt]):
+                return True
+        return False
 
     def reject_unrouted(self, *, message_id: str, group_id: str | None, reason: str, body: str) -> None:
         """REJECTED under `msg#<messageId>` for a message whose group names no workspace (empty, `ws#` alone, another

@@ -11,10 +11,7 @@ from agent_jobs.core.records import JobRecord, WorkspaceRecord
 from agent_jobs.core.transitions import DECIDABLE, JobAction, WorkspaceAction, job_target
 from agent_jobs.keys import job_key, parked_sequence, workspace_key
 from agent_jobs.models import JobStatus, ResumeDecision, WorkspaceState
-from agent_jobs.store.codec import (
-    Item,
-    wire,
-)
+from agent_jobs.store.codec import Item
 from agent_jobs.store.results import ResumeResult
 
 if TYPE_CHECKING:
@@ -49,8 +46,9 @@ class ResumeStore(HaltStore):
         """
         for _ in range(3):  # a park landing between the read and the write changes parkedCount: read again
             workspace = self.get_workspace(workspace_id)
+            record = WorkspaceRecord.from_item(workspace, workspace_id) if workspace is not None else None
             refusal = decisions.resume_refusal(
-                WorkspaceRecord.from_item(workspace, workspace_id) if workspace is not None else None,
+                record,
                 workspace_id=workspace_id,
                 tenant_id=tenant_id,
                 halting_job_id=halting_job_id,
@@ -61,8 +59,10 @@ class ResumeStore(HaltStore):
                 if refusal.outcome is ResumeOutcome.ALREADY_RESUMING:
                     return ResumeResult(refusal.outcome, workspace, resume_id=resume_id)
                 return ResumeResult(refusal.outcome, workspace, reason=refusal.reason)
-            assert workspace is not None  # a workspace that is not there is refused
-            result = self._try_resume(workspace, halting_job_id, decision, operator)
+            # A workspace that is not there is refused.
+            assert workspace is not None
+            assert record is not None
+            result = self._try_resume(workspace, record, halting_job_id, decision, operator)
             if result is not None:
                 return result
         return ResumeResult(
@@ -72,10 +72,15 @@ class ResumeStore(HaltStore):
         )
 
     def _try_resume(
-        self, workspace: Item, halting_job_id: str, decision: ResumeDecision, operator: str
+        self,
+        workspace: Item,
+        record_ws: WorkspaceRecord,
+        halting_job_id: str,
+        decision: ResumeDecision,
+        operator: str,
     ) -> ResumeResult | None:
         now = self._clock()
-        workspace_id = str(workspace["workspaceId"]) if "workspaceId" in workspace else str(workspace["pk"])[3:]
+        workspace_id = record_ws.workspace_id
         resume_id = secrets.token_hex(8)
         # A workspace's halting jobs are its owner's (a message naming another tenant is recorded for the owner).
         tenant_id = str(workspace.get("tenantId", ""))
@@ -97,7 +102,6 @@ class ResumeStore(HaltStore):
                 pk, job, workspace_id=workspace_id, decision=decision, operator=operator, resume_id=resume_id, now=now
             )
             items.append(update)
-        record_ws = WorkspaceRecord.from_item(workspace, workspace_id)
         count = record_ws.parked_count
         # Other jobs that halted the workspace while it was halted (first halt wins) are still undecided: the workspace
         # stays HALTED by the next of them, and nothing drains until the operator decided each one.
@@ -120,7 +124,7 @@ class ResumeStore(HaltStore):
                 "at": now,
             },
         }
-        expression, condition, removed = self._resume_target(
+        expression, condition, removed = _resume_target(
             ws_values,
             next_halt=next_halt,
             activate=activate,
@@ -131,21 +135,11 @@ class ResumeStore(HaltStore):
         if drained_seq is not None and drained_seq > str(workspace.get("lastDrainedSeq", "")):
             ws_values[":dseq"] = drained_seq
             expression = expression.replace(", updatedAt = :now", ", updatedAt = :now, lastDrainedSeq = :dseq", 1)
+        expression += " DELETE undecidedJobIds :decided" + (" REMOVE " + ", ".join(removed) if removed else "")
         items.append(
-            {
-                "Update": {
-                    "TableName": self._table,
-                    "Key": wire({"pk": workspace_key(workspace_id)}),
-                    "UpdateExpression": (
-                        expression
-                        + " DELETE undecidedJobIds :decided"
-                        + (" REMOVE " + ", ".join(removed) if removed else "")
-                    ),
-                    "ConditionExpression": condition,
-                    "ExpressionAttributeNames": {"#state": "state"},
-                    "ExpressionAttributeValues": wire(ws_values),
-                }
-            }
+            self._update(
+                workspace_key(workspace_id), expression, ws_values, condition=condition, names={"#state": "state"}
+            )
         )
         if not self._transact(items):
             return None
@@ -162,51 +156,6 @@ class ResumeStore(HaltStore):
         if activate:
             return ResumeResult(ResumeOutcome.ACTIVE, after, resume_id=resume_id)
         return ResumeResult(ResumeOutcome.RESUMING, after, resume_id=resume_id)
-
-    @staticmethod
-    def _resume_target(
-        ws_values: dict[str, Any],
-        *,
-        next_halt: tuple[str, str] | None,
-        activate: bool,
-        count: int,
-        parked_delta: int,
-        resume_id: str,
-    ) -> tuple[str, str, list[str]]:
-        """The workspace's SET/ADD clauses, condition and removed attributes for a resume decision (values are added
-        to `ws_values`): HALTED by the next undecided job, ACTIVE at once, or RESUMING."""
-        condition = "#state = :halted AND haltingJobId = :seen"
-        removed = ["haltingJobId", "haltReason", "haltedAt"]
-        if next_halt is not None:
-            # Still HALTED (and listed as halted), now by the next undecided job; a halt landing meanwhile stays in the
-            # set. The parked count changes with the decided job.
-            ws_values.update({":next": next_halt[0], ":nreason": next_halt[1][:1000]})
-            condition += " AND contains(undecidedJobIds, :next)"
-            expression = "SET haltingJobId = :next, haltReason = :nreason, updatedAt = :now, lastResume = :last"
-            removed = []
-            if parked_delta:
-                ws_values[":pdelta"] = parked_delta
-                expression += " ADD parkedCount :pdelta"
-            return expression, condition, removed
-        # The decided job was the last undecided one: a halt that joined the set since the read fails this.
-        ws_values[":one"] = 1
-        condition += (
-            " AND (attribute_not_exists(undecidedJobIds)"
-            " OR (size(undecidedJobIds) = :one AND contains(undecidedJobIds, :seen)))"
-        )
-        if activate:
-            ws_values.update({":active": str(WorkspaceState.ACTIVE), ":count": count, ":zero": 0})
-            condition += " AND (attribute_not_exists(parkedCount) OR parkedCount = :count)"
-            condition += " AND attribute_not_exists(drainingJobId)"
-            expression = "SET #state = :active, parkedCount = :zero, updatedAt = :now, lastResume = :last"
-            removed += ["haltedTenant", "resumeId"]
-        else:
-            ws_values.update({":resuming": str(WorkspaceState.RESUMING), ":rid": resume_id})
-            expression = "SET #state = :resuming, resumeId = :rid, updatedAt = :now, lastResume = :last"
-            if parked_delta:
-                ws_values[":pdelta"] = parked_delta
-                expression += " ADD parkedCount :pdelta"
-        return expression, condition, removed
 
     def _next_undecided(self, tenant_id: str, job_ids: set[str]) -> tuple[str, str]:
         """The undecided halting job the operator decides next, and its halt reason (`decisions.next_undecided`), from
@@ -274,14 +223,50 @@ class ResumeStore(HaltStore):
             )
             drained_seq = None
             condition = "#status = :seen"
-        update: TransactWriteItemTypeDef = {
-            "Update": {
-                "TableName": self._table,
-                "Key": wire({"pk": pk}),
-                "UpdateExpression": expression,
-                "ConditionExpression": condition,
-                "ExpressionAttributeNames": names,
-                "ExpressionAttributeValues": wire(values),
-            }
-        }
+        update = self._update(pk, expression, values, condition=condition, names=names)
         return update, decisions.parked_change(status, decision), drained_seq
+
+
+def _resume_target(
+    ws_values: dict[str, Any],
+    *,
+    next_halt: tuple[str, str] | None,
+    activate: bool,
+    count: int,
+    parked_delta: int,
+    resume_id: str,
+) -> tuple[str, str, list[str]]:
+    """The workspace's SET/ADD clauses, condition and removed attributes for a resume decision (values are added
+    to `ws_values`): HALTED by the next undecided job, ACTIVE at once, or RESUMING."""
+    condition = "#state = :halted AND haltingJobId = :seen"
+    removed = ["haltingJobId", "haltReason", "haltedAt"]
+    if next_halt is not None:
+        # Still HALTED (and listed as halted), now by the next undecided job; a halt landing meanwhile stays in the
+        # set. The parked count changes with the decided job.
+        ws_values.update({":next": next_halt[0], ":nreason": next_halt[1][:1000]})
+        condition += " AND contains(undecidedJobIds, :next)"
+        expression = "SET haltingJobId = :next, haltReason = :nreason, updatedAt = :now, lastResume = :last"
+        removed = []
+        if parked_delta:
+            ws_values[":pdelta"] = parked_delta
+            expression += " ADD parkedCount :pdelta"
+        return expression, condition, removed
+    # The decided job was the last undecided one: a halt that joined the set since the read fails this.
+    ws_values[":one"] = 1
+    condition += (
+        " AND (attribute_not_exists(undecidedJobIds)"
+        " OR (size(undecidedJobIds) = :one AND contains(undecidedJobIds, :seen)))"
+    )
+    if activate:
+        ws_values.update({":active": str(WorkspaceState.ACTIVE), ":count": count, ":zero": 0})
+        condition += " AND (attribute_not_exists(parkedCount) OR parkedCount = :count)"
+        condition += " AND attribute_not_exists(drainingJobId)"
+        expression = "SET #state = :active, parkedCount = :zero, updatedAt = :now, lastResume = :last"
+        removed += ["haltedTenant", "resumeId"]
+    else:
+        ws_values.update({":resuming": str(WorkspaceState.RESUMING), ":rid": resume_id})
+        expression = "SET #state = :resuming, resumeId = :rid, updatedAt = :now, lastResume = :last"
+        if parked_delta:
+            ws_values[":pdelta"] = parked_delta
+            expression += " ADD parkedCount :pdelta"
+    return expression, condition, removed
