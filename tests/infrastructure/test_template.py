@@ -266,6 +266,7 @@ def test_policies_grant_what_each_function_needs(template: Template) -> None:
         "dynamodb:UpdateItem",
         "dynamodb:PutItem",
         "dynamodb:GetItem",
+        "dynamodb:BatchGetItem",
         "dynamodb:Query",
         "dynamodb:ConditionCheckItem",
         "sqs:ReceiveMessage",
