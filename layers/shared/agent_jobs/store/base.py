@@ -107,6 +107,22 @@ def message_values(message: JobMessage, message_id: str) -> dict[str, Any]:
     }
 
 
+def message_clauses(*, first_tenant: bool = False, first_hash: bool = False) -> list[str]:
+    """The SET clauses that record `message_values` on the job, with its acceptedAt (kept) and updatedAt (`:now`).
+    `first_tenant` keeps the tenant first recorded (a claim: the tenant the producer verified stays the owner);
+    `first_hash` keeps the payload hash first recorded (a park: the hash the job was accepted with)."""
+    return [
+        "jobId = :jid",
+        "workspaceId = :wid",
+        "tenantId = if_not_exists(tenantId, :tid)" if first_tenant else "tenantId = :tid",
+        "#type = :type",
+        "payloadHash = if_not_exists(payloadHash, :hash)" if first_hash else "payloadHash = :hash",
+        "messageId = :mid",
+        "acceptedAt = if_not_exists(acceptedAt, :now)",
+        "updatedAt = :now",
+    ]
+
+
 def message_tenant(message: JobMessage) -> str:
     """The tenant a job is recorded for. The producer names the tenant it verified; the worker gives a message sent to
     the queue without one the workspace owner's before it claims or parks it. A job is never recorded without one."""

@@ -9,7 +9,7 @@ from agent_jobs.core import decisions
 from agent_jobs.core.transitions import JobAction
 from agent_jobs.keys import job_key, parked_sequence, workspace_key
 from agent_jobs.models import JobMessage, JobStatus, WorkspaceState
-from agent_jobs.store.base import message_tenant, message_values
+from agent_jobs.store.base import message_clauses, message_tenant, message_values
 from agent_jobs.store.codec import BODY_SET, Item, body_values, stored_error
 from agent_jobs.store.conditions import LEASE_EXPIRED, lease_held, sequence_clauses, status_in
 from agent_jobs.store.results import Lease
@@ -72,16 +72,9 @@ class HaltStore(QueryStore):
             "#status = :parked",
             "parkedWorkspace = :pws",
             "parkedSeq = :pseq",
-            "jobId = :jid",
-            "workspaceId = :wid",
-            "tenantId = :tid",
-            "#type = :type",
-            "payloadHash = if_not_exists(payloadHash, :hash)",
-            "messageId = :mid",
+            *message_clauses(first_hash=True),
             BODY_SET,
             "parkedReason = :reason",
-            "acceptedAt = if_not_exists(acceptedAt, :now)",
-            "updatedAt = :now",
             "history = list_append(if_not_exists(history, :empty), :entry)",
         ]
         # Never over another job's record: a message reusing a jobId with another payload parks nothing.

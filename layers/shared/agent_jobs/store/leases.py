@@ -14,7 +14,7 @@ from agent_jobs.core.records import JobRecord
 from agent_jobs.core.transitions import JobAction
 from agent_jobs.keys import job_key, workspace_key
 from agent_jobs.models import JobMessage, JobStatus, WorkspaceState
-from agent_jobs.store.base import message_tenant, message_values
+from agent_jobs.store.base import message_clauses, message_tenant, message_values
 from agent_jobs.store.codec import cancellation, condition_failed, reason_item, stored_error, to_item, wire
 from agent_jobs.store.conditions import (
     COUNT_FAILURE,
@@ -86,14 +86,7 @@ class LeaseStore(DrainStore):
             "attempt = if_not_exists(attempt, :zero) + :one",
             "leaseOwner = :owner",
             "leaseExpiresAt = :exp",
-            "jobId = :jid",
-            "workspaceId = :wid",
-            "tenantId = if_not_exists(tenantId, :tid)",  # the tenant the producer verified stays the owner
-            "#type = :type",
-            "payloadHash = :hash",
-            "messageId = :mid",
-            "acceptedAt = if_not_exists(acceptedAt, :now)",
-            "updatedAt = :now",
+            *message_clauses(first_tenant=True),  # the tenant the producer verified stays the owner
             "#ttl = :ttl",
             "history = list_append(if_not_exists(history, :empty), :entry)",
             "pendingWorkspace = :wid",  # pending until it settles (also a job the producer never recorded)
