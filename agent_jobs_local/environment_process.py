@@ -49,6 +49,13 @@ def _function_sys_path(spec: FunctionSpec, inherited: Sequence[str]) -> list[str
     return list(dict.fromkeys([*own, *kept, *extra]))
 
 
+def _report(replies: Connection, kind: str, error: Exception) -> None:
+    """The error to the parent (`kind` and Lambda's error payload), its trace to the environment's stderr."""
+    payload = _error_payload(error)
+    sys.stderr.write("".join(payload.trace))
+    replies.send((kind, payload.text()))
+
+
 def _error_payload(error: BaseException) -> _ErrorPayload:
     return _ErrorPayload(
         error_type=type(error).__name__,
@@ -77,9 +84,7 @@ def serve(requests: Connection, replies: Connection, spec: FunctionSpec) -> None
             _resolve_bootstrap(spec.bootstrap)(module, dict(spec.bootstrap_config or {}))
         handler = getattr(module, spec.function_name)
     except Exception as error:
-        payload = _error_payload(error)
-        sys.stderr.write("".join(payload.trace))
-        replies.send(("init_error", payload.text()))
+        _report(replies, "init_error", error)
         return
     replies.send(("ready", None))
     while True:
@@ -97,8 +102,6 @@ def serve(requests: Connection, replies: Connection, spec: FunctionSpec) -> None
             # Lambda serialises the response as JSON: what cannot be serialised is a function error there too.
             response = json.dumps(handler(event, context))
         except Exception as error:
-            payload = _error_payload(error)
-            sys.stderr.write("".join(payload.trace))
-            replies.send(("error", payload.text()))
+            _report(replies, "error", error)
             continue
         replies.send(("result", response))
