@@ -178,19 +178,22 @@ def _measure(stack: BenchStack, jobs: Sequence[Job], submit: Callable[[Sequence[
     )
 
 
+def _producer(stack: BenchStack) -> dict[str, Any]:
+    """What the producer functions take besides the jobs and the tenant, as the API passes them."""
+    return {
+        "guard": stack.services.guard,
+        "sqs": stack.services.sqs,
+        "queue_url": stack.queue_url,
+        "payloads": stack.services.payloads,
+        "inline_limit_bytes": stack.settings.inline_message_limit_bytes,
+    }
+
+
 def measure_batch(stack: BenchStack, jobs: Sequence[Job]) -> Measurement:
     def submit(all_jobs: Sequence[Job]) -> int:
         accepted = 0
         for start in range(0, len(all_jobs), MAX_BATCH_JOBS):
-            results = enqueue_jobs(
-                all_jobs[start : start + MAX_BATCH_JOBS],
-                TENANT,
-                guard=stack.services.guard,
-                sqs=stack.services.sqs,
-                queue_url=stack.queue_url,
-                payloads=stack.services.payloads,
-                inline_limit_bytes=stack.settings.inline_message_limit_bytes,
-            )
+            results = enqueue_jobs(all_jobs[start : start + MAX_BATCH_JOBS], TENANT, **_producer(stack))
             accepted += sum(1 for result in results if result.accepted and result.created)
         return accepted
 
@@ -201,15 +204,7 @@ def measure_one_by_one(stack: BenchStack, jobs: Sequence[Job]) -> Measurement:
     def submit(all_jobs: Sequence[Job]) -> int:
         accepted = 0
         for job in all_jobs:
-            result = enqueue_job(
-                job,
-                TENANT,
-                guard=stack.services.guard,
-                sqs=stack.services.sqs,
-                queue_url=stack.queue_url,
-                payloads=stack.services.payloads,
-                inline_limit_bytes=stack.settings.inline_message_limit_bytes,
-            )
+            result = enqueue_job(job, TENANT, **_producer(stack))
             accepted += int(result.created)
         return accepted
 
