@@ -71,12 +71,11 @@ def install(handler_module: ModuleType, config: dict[str, Any]) -> None:
     app: Any = handler_module
     built = app.worker
 
+    @functools.cache
     def worker() -> Any:
-        if app._worker is None:
-            batch_worker = built()
-            folders = LocalWorkspaceStore(Path(batch_worker.services.settings.workspaces_root))
-            app._worker = replace(batch_worker, workspaces=folders)
-        return app._worker
+        batch_worker = built()
+        folders = LocalWorkspaceStore(Path(batch_worker.services.settings.workspaces_root))
+        return replace(batch_worker, workspaces=folders)
 
     app.worker = worker
     original = processing.BatchWorker.process_record

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,35 +24,31 @@ logger = Logger()
 tracer = Tracer()
 metrics = Metrics()
 
-_worker: BatchWorker | None = None
 
-
+@functools.cache
 def worker() -> BatchWorker:
     """Built on the first invocation and reused while the execution environment is warm."""
-    global _worker  # noqa: PLW0603
-    if _worker is None:
-        services = build_services()
-        registry = WorkspaceRegistry(services.dynamodb, services.settings.table_name)
-        _worker = BatchWorker(
-            services=services,
-            # Registered git workspaces; their warm bare caches live under WORKSPACES_ROOT (/tmp in Lambda).
-            workspaces=RegisteredWorkspaceStore(
-                registry,
-                Path(services.settings.workspaces_root),
-                # Tokens, file-system remotes and hosts only within the workspace owner's bounds.
-                bounds=TenantBounds.from_settings(services.settings),
-                # What one job may bring: MAX_BLOB_BYTES, MAX_FETCH_BYTES, MAX_CHECKOUT_BYTES.
-                limits=GitLimits.from_settings(services.settings),
-                # The warm caches in all: WORKSPACE_CACHE_BYTES, or what EPHEMERAL_STORAGE_MB leaves beside a job.
-                cache_budget_bytes=services.settings.cache_budget_bytes,
-                # Patches within PATCH_MAX_BYTES, PATCH_MAX_HUNKS and PATCH_SEARCH_WINDOW_LINES.
-                patch_limits=PatchLimits.from_settings(services.settings),
-            ),
-            logger=logger,
-            metrics=metrics,
-            tracer=tracer,
-        )
-    return _worker
+    services = build_services()
+    registry = WorkspaceRegistry(services.dynamodb, services.settings.table_name)
+    return BatchWorker(
+        services=services,
+        # Registered git workspaces; their warm bare caches live under WORKSPACES_ROOT (/tmp in Lambda).
+        workspaces=RegisteredWorkspaceStore(
+            registry,
+            Path(services.settings.workspaces_root),
+            # Tokens, file-system remotes and hosts only within the workspace owner's bounds.
+            bounds=TenantBounds.from_settings(services.settings),
+            # What one job may bring: MAX_BLOB_BYTES, MAX_FETCH_BYTES, MAX_CHECKOUT_BYTES.
+            limits=GitLimits.from_settings(services.settings),
+            # The warm caches in all: WORKSPACE_CACHE_BYTES, or what EPHEMERAL_STORAGE_MB leaves beside a job.
+            cache_budget_bytes=services.settings.cache_budget_bytes,
+            # Patches within PATCH_MAX_BYTES, PATCH_MAX_HUNKS and PATCH_SEARCH_WINDOW_LINES.
+            patch_limits=PatchLimits.from_settings(services.settings),
+        ),
+        logger=logger,
+        metrics=metrics,
+        tracer=tracer,
+    )
 
 
 @logger.inject_lambda_context

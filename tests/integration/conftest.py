@@ -36,5 +36,5 @@ def worker_app(
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("WORKSPACES_ROOT", str(tmp_path / "ws"))
     monkeypatch.setenv("AWS_ENDPOINT_URL_LAMBDA", sandbox_endpoint.url)
-    monkeypatch.setattr(app, "_worker", None)
+    app.worker.cache_clear()  # a cold start: the next invocation builds the worker from this environment
     return app

@@ -3,6 +3,7 @@ invocation and kept while the environment is warm."""
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, TypedDict, cast
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
@@ -25,21 +26,15 @@ tracer = Tracer()
 metrics = Metrics()
 
 
-_services: Services | None = None
-
-
+@functools.cache
 def services() -> Services:
     """Built on the first invocation (settings from the environment) and reused while the environment is warm."""
-    global _services  # noqa: PLW0603
-    if _services is None:
-        _services = build_services()
-    return _services
+    return build_services()
 
 
 def reset_services() -> None:
     """Forget the cached clients and settings; the next invocation builds them from the environment again."""
-    global _services  # noqa: PLW0603
-    _services = None
+    services.cache_clear()
 
 
 def job_quotas(svc: Services) -> JobQuotas:
