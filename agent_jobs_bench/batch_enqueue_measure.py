@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 REPO = Path(__file__).resolve().parent.parent
 # Like sam local: the layer's package (as at /opt/python) and the API's code are importable.
-for _folder in (REPO / "functions", REPO / "layers" / "shared"):
+for _folder in (REPO / "functions" / "enqueue_api", REPO / "layers" / "shared"):
     if str(_folder) not in sys.path:
         sys.path.insert(0, str(_folder))
 

@@ -188,7 +188,7 @@ class _Side:
             from aws_lambda_powertools import Logger, Metrics, Tracer
 
             from agent_jobs.guard import JobGuard
-            from processing import BatchWorker
+            from job_worker.processing import BatchWorker
 
             settings = stack.settings
             self.guard = JobGuard(

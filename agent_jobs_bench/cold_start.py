@@ -101,7 +101,7 @@ def base_environment() -> dict[str, str]:
     return lambda_environment(
         {},
         function_id="ColdStart",
-        handler="app.lambda_handler",
+        handler="job_worker.app.lambda_handler",
         code_dir=WORKER_DIR,
         region="us-east-1",
         timeout_seconds=120,
@@ -139,7 +139,7 @@ class _FirstInvocations:
         self.environment = lambda_environment(
             runtime.function_env[worker_id],
             function_id=worker_id,
-            handler="app.lambda_handler",
+            handler="job_worker.app.lambda_handler",
             code_dir=WORKER_DIR,
             region=runtime.resources.region,
             timeout_seconds=120,
@@ -175,11 +175,11 @@ def run(quick: bool = False) -> list[Figure]:
         for n in range(runs):
             # Interleaved, so the machine's noise falls on the three alike.
             samples["boto3"].append(sample("boto3", WORKER_DIR, plain)["import"])
-            worker = sample("app", WORKER_DIR, first.environment, first.event(n))
+            worker = sample("job_worker.app", WORKER_DIR, first.environment, first.event(n))
             samples["worker"].append(worker["import"])
             samples["invoke"].append(worker["invoke"])
             failures += int(worker["failures"])
-            samples["producer"].append(sample("app", PRODUCER_DIR, plain)["import"])
+            samples["producer"].append(sample("enqueue_api.app", PRODUCER_DIR, plain)["import"])
             samples["floor"].append(sample(LIBRARY_FLOOR, WORKER_DIR, plain)["import"])
     if failures:
         raise RuntimeError(f"{failures} of the worker's first invocations reported a failed record")
@@ -190,7 +190,7 @@ def run(quick: bool = False) -> list[Figure]:
         Figure(BENCHMARK, "import boto3 alone", median["boto3"], "ms", COMMAND, note=note),
         Figure(
             BENCHMARK,
-            "worker module import (functions/job_worker/app.py)",
+            "worker module import (functions/job_worker/job_worker/app.py)",
             median["worker"],
             "ms",
             COMMAND,
@@ -201,7 +201,7 @@ def run(quick: bool = False) -> list[Figure]:
         ),
         Figure(
             BENCHMARK,
-            "producer module import (functions/enqueue_api/app/)",
+            "producer module import (functions/enqueue_api/enqueue_api/app/)",
             median["producer"],
             "ms",
             COMMAND,

@@ -63,8 +63,8 @@ def install(handler_module: ModuleType, config: dict[str, Any]) -> None:
     """Worker bootstrap (in each worker process): folder workspaces under the worker's WORKSPACES_ROOT, and a line
     `<jobId> <epoch seconds>` appended to `config["applied_log"]` when a record's processing returns; each commit
     first waits the seconds written in `config["side_effect_file"]` (the series' simulated IO)."""
-    import processing
     from agent_jobs_local.folder_workspaces import LocalWorkspace, LocalWorkspaceStore
+    from job_worker import processing
 
     applied_log = str(config["applied_log"])
     side_effect_file = Path(str(config["side_effect_file"]))

@@ -82,8 +82,8 @@ class NaiveSequentialLoop:
 
     def handle(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
         from agent_jobs.models import JobMessage
-        from jobs import run_job
-        from jobs.context import JobContext
+        from job_worker.jobs import run_job
+        from job_worker.jobs.context import JobContext
 
         failures = []
         for record in event["Records"]:
@@ -198,7 +198,7 @@ def _bench(io_seconds: float) -> Iterator[_Bench]:
     from agent_jobs.workspaces import WorkspaceRegistry
     from agent_jobs_local.emulator import Emulator
     from agent_jobs_local.template import TemplateModel, load_template, provision
-    from processing import BatchWorker
+    from job_worker.processing import BatchWorker
 
     with Emulator() as emulator, tempfile.TemporaryDirectory(prefix="agent-jobs-bench-") as root:
         environment = {

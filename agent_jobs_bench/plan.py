@@ -53,9 +53,9 @@ def install(handler_module: ModuleType, config: dict[str, Any]) -> None:
     """Worker bootstrap: folder workspaces under WORKSPACES_ROOT (`agent_jobs_local.folder_workspaces`, no git remote
     to register); an apply_patch job's handler first sleeps `job_seconds` (real seconds), so the job takes a known
     time, and its start and end are appended as a JSON line to `log` (one whole line per job: O_APPEND)."""
-    import jobs
     from agent_jobs.models import JobType
     from agent_jobs_local.folder_workspaces import LocalWorkspaceStore
+    from job_worker import jobs
 
     build_worker = getattr(handler_module, "worker")  # noqa: B009 (a ModuleType has no declared attributes)
 

@@ -205,7 +205,7 @@ def _run_with_runtime(
 def remote_branches(remotes: dict[str, Path], cache_root: Path) -> Callable[[str], list[str]]:
     """The jobIds of the `Agent-Job-Id` trailers on each remote's workspace branch, oldest first, read from the git
     remote itself (fetched into a cache of the report's own, not the workers')."""
-    from jobs.git_workspace import GitRemote, GitWorkspaceStore
+    from job_worker.jobs.git_workspace import GitRemote, GitWorkspaceStore
 
     store = GitWorkspaceStore(
         cache_root=cache_root,

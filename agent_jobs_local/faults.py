@@ -83,7 +83,7 @@ def install(handler_module: ModuleType, config: dict[str, Any]) -> None:
     to `config`: {"plan": {jobId: fault}, "marker_dir": str, "slow_seconds": float, "log_dir": str | None}."""
     from agent_jobs.guard import ClaimOutcome, JobGuard
     from agent_jobs_local.folder_workspaces import LocalWorkspace
-    from jobs.git_workspace import GitWorkspace
+    from job_worker.jobs.git_workspace import GitWorkspace
 
     plan = {job_id: Fault(kind) for job_id, kind in config.get("plan", {}).items()}
     marker_dir = Path(config["marker_dir"])

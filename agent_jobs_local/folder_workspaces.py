@@ -21,7 +21,7 @@ from typing import Any
 
 from agent_jobs.models import ID_PATTERN
 from agent_jobs_local.unregistered_workspaces import UnregisteredWorkspaces
-from jobs.workspace import JOB_TRAILER, ROOT_HEAD, Commit, HeadMovedError
+from job_worker.jobs.workspace import JOB_TRAILER, ROOT_HEAD, Commit, HeadMovedError
 
 
 class LocalWorkspaceStore(UnregisteredWorkspaces):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from jobs.context import JobContext
+    from job_worker.jobs.context import JobContext
 
 
 class UnregisteredWorkspaces:

@@ -279,7 +279,7 @@ def naive_append(workspace: Any, *, job_id: str, message: str, patch: str) -> An
     import hashlib
     from dataclasses import asdict
 
-    from jobs.workspace import Commit
+    from job_worker.jobs.workspace import Commit
 
     head = workspace.head()
     sha = hashlib.sha1(f"{head}{job_id}{len(workspace.history())}".encode(), usedforsecurity=False).hexdigest()
@@ -340,7 +340,7 @@ def make_worker(workspaces: HookedWorkspaceStore) -> Callable[..., Any]:
 
     from aws_lambda_powertools import Logger, Metrics
 
-    from processing import BatchWorker
+    from job_worker.processing import BatchWorker
 
     def make(stack: Stack, guard: JobGuard | None = None) -> BatchWorker:
         services = stack.services if guard is None else replace(stack.services, guard=guard)
@@ -423,7 +423,7 @@ class GitWorkspaces:
 
     def branch(self, workspace_id: str) -> list[str]:
         """The jobIds of the commits on the workspace's branch, oldest first, read from the remote itself."""
-        from jobs.git_workspace import GitRemote, GitWorkspaceStore
+        from job_worker.jobs.git_workspace import GitRemote, GitWorkspaceStore
 
         remote = GitRemote(url=str(self.remotes[workspace_id]), branch=f"agent/{workspace_id}")
         store = GitWorkspaceStore(self.root.parent / "reader-cache", lambda _: remote)

@@ -18,22 +18,22 @@ from agent_jobs_bench import cold_start
 WORKER_LAZY_MODULES = (
     "dulwich",
     "unidiff",
-    "jobs.git_workspace",
-    "jobs.git",
-    "jobs.patching",
-    "jobs.github",
-    "jobs.sandbox",
-    "jobs.tokens",
-    "jobs.apply_patch",
-    "jobs.run_tests",
-    "jobs.open_pr",
+    "job_worker.jobs.git_workspace",
+    "job_worker.jobs.git",
+    "job_worker.jobs.patching",
+    "job_worker.jobs.github",
+    "job_worker.jobs.sandbox",
+    "job_worker.jobs.tokens",
+    "job_worker.jobs.apply_patch",
+    "job_worker.jobs.run_tests",
+    "job_worker.jobs.open_pr",
     "aws_lambda_powertools.utilities.parameters",
 )
-PRODUCER_LAZY_MODULES = ("aws_lambda_powertools.event_handler.openapi.models", "dulwich", "jobs")
+PRODUCER_LAZY_MODULES = ("aws_lambda_powertools.event_handler.openapi.models", "dulwich", "job_worker")
 
 _PROBE = """
-import json, sys
-import app
+import importlib, json, sys
+importlib.import_module(sys.argv[1])
 import agent_jobs.models as models
 factory = getattr(models, "_job_request_adapter", None)
 print(json.dumps({
@@ -44,13 +44,18 @@ print(json.dumps({
 """
 
 
-def import_in_fresh_interpreter(function_dir: Path) -> dict[str, Any]:
-    """`import app` as Lambda imports it (function folder and layer on sys.path, Lambda's variables), then what the
-    interpreter holds."""
+def import_in_fresh_interpreter(function_dir: Path, module: str) -> dict[str, Any]:
+    """Import the handler's `module` as Lambda imports it (function folder and layer on sys.path, Lambda's
+    variables), then what the interpreter holds."""
     environment = cold_start.base_environment()
     environment["PYTHONPATH"] = os.pathsep.join([str(function_dir), str(cold_start.LAYER_DIR)])
     completed = subprocess.run(
-        [sys.executable, "-c", _PROBE], check=True, cwd=function_dir, env=environment, capture_output=True, text=True
+        [sys.executable, "-c", _PROBE, module],
+        check=True,
+        cwd=function_dir,
+        env=environment,
+        capture_output=True,
+        text=True,
     )
     result: dict[str, Any] = json.loads(completed.stdout.strip().splitlines()[-1])
     return result
@@ -61,16 +66,16 @@ def loaded(modules: list[str], names: tuple[str, ...]) -> list[str]:
 
 
 def test_worker_import_leaves_job_specific_modules_unloaded() -> None:
-    imported = import_in_fresh_interpreter(cold_start.WORKER_DIR)
+    imported = import_in_fresh_interpreter(cold_start.WORKER_DIR, "job_worker.app")
 
-    assert "processing" in imported["modules"]  # the probe imported the real worker
+    assert "job_worker.processing" in imported["modules"]  # the probe imported the real worker
     assert loaded(imported["modules"], WORKER_LAZY_MODULES) == []
     assert imported["adapter_built"] is False
     assert imported["resume_request_built"] is False
 
 
 def test_producer_import_leaves_openapi_models_unloaded() -> None:
-    imported = import_in_fresh_interpreter(cold_start.PRODUCER_DIR)
+    imported = import_in_fresh_interpreter(cold_start.PRODUCER_DIR, "enqueue_api.app")
 
     assert "agent_jobs.producer" in imported["modules"]
     assert loaded(imported["modules"], PRODUCER_LAZY_MODULES) == []
@@ -97,8 +102,8 @@ def test_cold_start_quick_run_measures_three_imports_and_reports_the_ratio_goal(
     runs = cold_start.QUICK_RUNS
     assert samples == {
         ("boto3", "job_worker", False): runs,
-        ("app", "job_worker", True): runs,
-        ("app", "enqueue_api", False): runs,
+        ("job_worker.app", "job_worker", True): runs,
+        ("enqueue_api.app", "enqueue_api", False): runs,
         (cold_start.LIBRARY_FLOOR, "job_worker", False): runs,
     }
     boto3, worker, producer, invocation, floor = figures

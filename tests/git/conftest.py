@@ -13,7 +13,7 @@ from dulwich.refs import Ref
 from dulwich.repo import Repo
 
 from agent_jobs.models import ApplyPatchJob
-from jobs.git_workspace import GitRemote, GitWorkspaceStore
+from job_worker.jobs.git_workspace import GitRemote, GitWorkspaceStore
 
 BASE_BRANCH = "main"
 SEED_FILES: Mapping[str, bytes] = {

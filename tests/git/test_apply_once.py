@@ -15,11 +15,11 @@ from dulwich.objects import ObjectID
 from dulwich.refs import Ref
 from dulwich.repo import Repo
 
-from jobs import apply_patch
-from jobs.context import JobContext
-from jobs.errors import RetryableJobError
-from jobs.git_workspace import GitWorkspace, GitWorkspaceStore
-from jobs.workspace import Workspace
+from job_worker.jobs import apply_patch
+from job_worker.jobs.context import JobContext
+from job_worker.jobs.errors import RetryableJobError
+from job_worker.jobs.git_workspace import GitWorkspace, GitWorkspaceStore
+from job_worker.jobs.workspace import Workspace
 from tests.git.conftest import apply_patch_job, diff, remote_ref
 from tests.git.test_git_workspace import BRANCH, append_line, branch_job_ids
 

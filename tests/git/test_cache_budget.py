@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from dulwich.refs import Ref
 
-from jobs import apply_patch
-from jobs.context import JobContext
-from jobs.git_workspace import GitRemote, GitWorkspace, GitWorkspaceStore, evict_caches
+from job_worker.jobs import apply_patch
+from job_worker.jobs.context import JobContext
+from job_worker.jobs.git_workspace import GitRemote, GitWorkspace, GitWorkspaceStore, evict_caches
 from tests.git.conftest import BASE_BRANCH, apply_patch_job, commit_files, diff, remote_ref
 
 FILE_BYTES = 96 * 1024

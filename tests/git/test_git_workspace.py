@@ -24,10 +24,10 @@ from dulwich.repo import Repo
 
 from agent_jobs.models import RunTestsJob
 from agent_jobs.patch_limits import PatchLimits
-from jobs import apply_patch, run_tests
-from jobs.context import JobContext
-from jobs.git import transport
-from jobs.git_workspace import (
+from job_worker.jobs import apply_patch, run_tests
+from job_worker.jobs.context import JobContext
+from job_worker.jobs.git import transport
+from job_worker.jobs.git_workspace import (
     DEFAULT_IDENTITY,
     GitCredentials,
     GitRemote,
@@ -36,8 +36,8 @@ from jobs.git_workspace import (
     JobAlreadyOnBranchError,
     job_id_of,
 )
-from jobs.patching import PatchDoesNotApplyError
-from jobs.workspace import ROOT_HEAD, HeadMovedError, Workspace, WorkspaceStore
+from job_worker.jobs.patching import PatchDoesNotApplyError
+from job_worker.jobs.workspace import ROOT_HEAD, HeadMovedError, Workspace, WorkspaceStore
 from tests.git.conftest import BASE_BRANCH, SEED_FILES, apply_patch_job, commit_files, diff, remote_ref
 
 BRANCH = "agent/ws-1"

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from agent_jobs.patch_limits import PatchLimits
-from jobs.errors import PermanentJobError
-from jobs.patching import (
+from job_worker.jobs.errors import PermanentJobError
+from job_worker.jobs.patching import (
     EXECUTABLE_FILE_MODE,
     PATCH_AS_A_WHOLE,
     REGULAR_FILE_MODE,
@@ -666,7 +666,7 @@ def test_apply_patch_to_files_lets_a_later_section_bring_back_a_file_an_earlier_
 
 def test_apply_patch_to_files_search_finds_what_a_line_by_line_search_finds() -> None:
     # Given random files and hunks of few distinct lines (many near matches), each stated at a random line
-    from jobs.patching import _find  # the search itself, against the plain definition of "nearest"
+    from job_worker.jobs.patching import _find  # the search itself, against the plain definition of "nearest"
 
     def nearest(lines: list[bytes], before: list[bytes], preferred: int, cursor: int, window: int) -> int | None:
         places = [

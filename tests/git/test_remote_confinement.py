@@ -15,8 +15,8 @@ import pytest
 from dulwich.objects import Blob
 from dulwich.repo import Repo
 
-from jobs.errors import PermanentJobError
-from jobs.git_workspace import GitRemote, GitWorkspaceStore
+from job_worker.jobs.errors import PermanentJobError
+from job_worker.jobs.git_workspace import GitRemote, GitWorkspaceStore
 from tests.git.conftest import BASE_BRANCH, commit_files
 
 SECRET = b"acme's signing key\n"

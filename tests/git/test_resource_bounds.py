@@ -20,16 +20,16 @@ import pytest
 from dulwich.object_format import DEFAULT_OBJECT_FORMAT
 from dulwich.pack import REF_DELTA, pack_object_header
 
-from jobs import apply_patch
-from jobs.context import JobContext
-from jobs.errors import PermanentJobError
-from jobs.git_workspace import CHECKOUT_ENTRY_BYTES, GitRemote, GitWorkspace, GitWorkspaceStore
-from jobs.limits import GitLimits
+from job_worker.jobs import apply_patch
+from job_worker.jobs.context import JobContext
+from job_worker.jobs.errors import PermanentJobError
+from job_worker.jobs.git_workspace import CHECKOUT_ENTRY_BYTES, GitRemote, GitWorkspace, GitWorkspaceStore
+from job_worker.jobs.limits import GitLimits
 from tests.git.bombs import MIB, NEW_FILE, StreamedRemote, bomb_pack, zero_bomb_remote
 from tests.git.conftest import BASE_BRANCH, SEED_FILES, apply_patch_job, commit_files
 
 ROOT = Path(__file__).resolve().parents[2]
-PYTHONPATH = [ROOT / p for p in ("layers/shared", "functions", "functions/job_worker", ".")]
+PYTHONPATH = [ROOT / p for p in ("layers/shared", "functions/enqueue_api", "functions/job_worker", ".")]
 BOMB_BYTES = 200 * MIB
 # Well under the worker's 512 MB; inflating the bomb even once would take BOMB_BYTES on top of the interpreter.
 PEAK_BOUND_MB = 256
@@ -40,9 +40,9 @@ CHILD = textwrap.dedent(
     """
     import json, sys, time
     from pathlib import Path
-    from jobs import apply_patch
-    from jobs.context import JobContext
-    from jobs.git_workspace import GitRemote, GitWorkspaceStore
+    from job_worker.jobs import apply_patch
+    from job_worker.jobs.context import JobContext
+    from job_worker.jobs.git_workspace import GitRemote, GitWorkspaceStore
     from tests.git.conftest import apply_patch_job
     from tests.git.bombs import NEW_FILE, StreamedRemote
 
@@ -237,8 +237,8 @@ CONCURRENT_CHILD = textwrap.dedent(
     """
     import json, sys, threading, time
     from pathlib import Path
-    from jobs.git import object_sizes
-    from jobs.git_workspace import GitRemote, GitWorkspaceStore
+    from job_worker.jobs.git import object_sizes
+    from job_worker.jobs.git_workspace import GitRemote, GitWorkspaceStore
 
     root, threads = Path(sys.argv[1]), int(sys.argv[2])
     if sys.argv[3] == "unserialized":

@@ -8,8 +8,8 @@ from collections.abc import Iterator
 import pytest
 
 from agent_jobs_local.fake_github import FakeGitHub
-from jobs.errors import PermanentJobError, RetryableJobError
-from jobs.github import GitHubClient, PullRequest
+from job_worker.jobs.errors import PermanentJobError, RetryableJobError
+from job_worker.jobs.github import GitHubClient, PullRequest
 
 TOKEN = "ghp_fake_token_0123456789abcdef"
 OWNER, REPO, HEAD, BASE = "acme", "widgets", "agent/ws-1", "main"

@@ -32,12 +32,12 @@ from agent_jobs.payloads import PayloadStore
 from agent_jobs.registration import RegisteredWorkspace, WorkspaceRegistration
 from agent_jobs.services import build_services, sandbox_client_config
 from agent_jobs.settings import Settings
-from jobs import run_tests
-from jobs.context import JobContext
-from jobs.errors import PermanentJobError, RetryableJobError
-from jobs.git_workspace import GitRemote, GitWorkspace, GitWorkspaceStore
-from jobs.sandbox import SANDBOX_PREFIX, TestSandbox, pack_checkout, test_timeout_seconds
-from jobs.scratch import IN_USE, SCRATCH_PREFIX
+from job_worker.jobs import run_tests
+from job_worker.jobs.context import JobContext
+from job_worker.jobs.errors import PermanentJobError, RetryableJobError
+from job_worker.jobs.git_workspace import GitRemote, GitWorkspace, GitWorkspaceStore
+from job_worker.jobs.sandbox import SANDBOX_PREFIX, TestSandbox, pack_checkout, test_timeout_seconds
+from job_worker.jobs.scratch import IN_USE, SCRATCH_PREFIX
 from sandbox_archive import ArchiveLimits, extract_archive
 from tests.git.conftest import BASE_BRANCH, SEED_FILES, commit_files
 

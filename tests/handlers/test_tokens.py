@@ -9,8 +9,8 @@ import pytest
 from aws_lambda_powertools.utilities import parameters
 from moto import mock_aws
 
-from jobs.errors import PermanentJobError, RetryableJobError
-from jobs.tokens import read_token
+from job_worker.jobs.errors import PermanentJobError, RetryableJobError
+from job_worker.jobs.tokens import read_token
 
 
 @pytest.fixture(autouse=True)

@@ -16,14 +16,14 @@ from aws_lambda_powertools import Logger, Metrics
 
 from agent_jobs.models import JobType
 from agent_jobs_local.template import DEFAULT_TEMPLATE_PATH, TemplateModel
-from jobs.errors import PermanentJobError
-from processing import JOB_TYPE_DIMENSION, WORKSPACES_HALTED, BatchWorker
+from job_worker.jobs.errors import PermanentJobError
+from job_worker.processing import JOB_TYPE_DIMENSION, WORKSPACES_HALTED, BatchWorker
 from tests.conftest import Stack, enqueue, make_job
 from tests.integration.test_worker_metrics import Emitted, emitted_metrics, named
 
 REPO = DEFAULT_TEMPLATE_PATH.parent
 CHECKOV = REPO / ".venv-checkov" / "bin" / "checkov"
-WORKER_DIR = REPO / "functions" / "job_worker"
+WORKER_DIR = REPO / "functions" / "job_worker" / "job_worker"
 PROCESSING_SOURCE = "".join(
     path.read_text() for path in [WORKER_DIR / "processing.py", *sorted((WORKER_DIR / "worker").glob("*.py"))]
 )

@@ -30,7 +30,7 @@ def worker_app(
     monkeypatch: pytest.MonkeyPatch,
 ) -> Any:
     """The worker's `app` module with the environment template.yaml gives it, a cold start for each test."""
-    import app  # the worker function folder is on the path as in Lambda (/var/task)
+    from job_worker import app  # the worker function folder is on the path as in Lambda (/var/task)
 
     for name, value in {**any_stack.env(), **git_workspaces.env()}.items():
         monkeypatch.setenv(name, value)

@@ -16,8 +16,8 @@ from agent_jobs.guard import FailOutcome, JobGuard
 from agent_jobs.models import DrainMarker, JobStatus, ResumeDecision, WorkspaceState
 from agent_jobs.resume import resume_workspace, send_drain_marker
 from agent_jobs_cli.deadletters import DeadLetterQueue, RedriveOutcome, registered_owners
-from jobs.errors import PermanentJobError, RetryableJobError
-from processing import BatchWorker
+from job_worker.jobs.errors import PermanentJobError, RetryableJobError
+from job_worker.processing import BatchWorker
 from tests.conftest import HookedWorkspaceStore, Hooks, Stack, enqueue, make_job, make_message
 
 RETRY, SKIP = ResumeDecision.RETRY, ResumeDecision.SKIP

@@ -13,7 +13,7 @@ import pytest
 from agent_jobs.guard import JobGuard
 from agent_jobs.keys import job_key
 from agent_jobs.models import JobStatus, WorkspaceState
-from jobs.errors import RetryableJobError
+from job_worker.jobs.errors import RetryableJobError
 from tests.conftest import ManualClock, Stack, enqueue, make_job, make_message
 from tests.naive.worker import NaiveWorker
 

@@ -15,7 +15,7 @@ from botocore.config import Config
 from botocore.exceptions import ClientError, EndpointConnectionError
 
 from agent_jobs.guard import JobGuard
-from processing import BatchWorker, failure_cause
+from job_worker.processing import BatchWorker, failure_cause
 from tests.conftest import Stack, enqueue, make_job
 
 

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from agent_jobs.models import JobStatus
-from jobs.errors import RetryableJobError
+from job_worker.jobs.errors import RetryableJobError
 from tests.conftest import Stack, enqueue, make_job
 
 BARRIER_SECONDS = 10  # generous: the barrier either opens at once (concurrent) or never (sequential)

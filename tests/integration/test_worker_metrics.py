@@ -11,8 +11,8 @@ import pytest
 from aws_lambda_powertools import Logger, Metrics
 
 from agent_jobs.models import JobStatus, WorkspaceState
-from jobs.errors import PermanentJobError, RetryableJobError
-from processing import JOB_TYPE_DIMENSION, UNKNOWN_JOB_TYPE, WORKSPACES_HALTED, BatchWorker
+from job_worker.jobs.errors import PermanentJobError, RetryableJobError
+from job_worker.processing import JOB_TYPE_DIMENSION, UNKNOWN_JOB_TYPE, WORKSPACES_HALTED, BatchWorker
 from tests.conftest import Stack, enqueue, make_job, make_message
 
 NAMESPACE = "AgentJobsMetricsTest"

@@ -29,7 +29,7 @@ def crash_once(marker: str) -> bool:
 
 def install(handler_module: ModuleType, config: dict[str, Any]) -> None:
     from agent_jobs_local.folder_workspaces import LocalWorkspace
-    from jobs.git_workspace import GitWorkspace
+    from job_worker.jobs.git_workspace import GitWorkspace
 
     target, marker = str(config["crash_after_commit_of"]), str(config["marker"])
     for workspace_class in (LocalWorkspace, GitWorkspace):

@@ -59,12 +59,13 @@ RECORDING_FUNCTION = textwrap.dedent(
 
 
 def write_template_copy(tmp_path: Path, change: Callable[[dict[str, Any]], None]) -> Path:
-    """template.yaml, changed by `change`, with the worker's CodeUri pointing at the recording function."""
+    """template.yaml, changed by `change`, with the worker's CodeUri and Handler naming the recording function."""
     function_dir = tmp_path / "recording_function"
     function_dir.mkdir(exist_ok=True)
     (function_dir / "app.py").write_text(RECORDING_FUNCTION)
     template = load_template()
     template["Resources"]["JobWorkerFunction"]["Properties"]["CodeUri"] = str(function_dir)
+    template["Resources"]["JobWorkerFunction"]["Properties"]["Handler"] = "app.lambda_handler"
     change(template)
     path = tmp_path / f"template-{uuid.uuid4().hex[:6]}.yaml"
     path.write_text(yaml.safe_dump(template, sort_keys=False))

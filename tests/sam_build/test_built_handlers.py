@@ -13,14 +13,15 @@ from typing import Any
 
 import pytest
 
+from agent_jobs_local.template import TemplateModel
 from tests.conftest import REPO, Stack, register_workspace
 from tests.integration.lambda_invoke import LambdaInvokeServer, presigned_get
 
 RUNNER = r"""
 import importlib, json, sys
-function_dir, layer_dir, event_path = sys.argv[1:4]
+function_dir, layer_dir, event_path, handler_module = sys.argv[1:5]
 sys.path[:0] = [function_dir, layer_dir]   # /var/task, then /opt/python, as in Lambda
-import app
+app = importlib.import_module(handler_module)
 from agent_jobs_local.event_source import LambdaContextStub
 loaded = {name: importlib.import_module(name).__file__ for name in ("agent_jobs", "pydantic", "aws_lambda_powertools")}
 result = app.lambda_handler(json.load(open(event_path)), LambdaContextStub(timeout_seconds=120))
@@ -37,6 +38,7 @@ def run_built(build_dir: Path, function: str, event: Path, env: dict[str, str]) 
             str(build_dir / function),
             str(build_dir / "SharedLayer" / "python"),
             str(event),
+            TemplateModel.from_path().function_settings(function).handler.rsplit(".", 1)[0],  # as Lambda reads Handler
         ],
         env={**os.environ, **env, "PYTHONPATH": str(REPO), "POWERTOOLS_TRACE_DISABLED": "true"},
         capture_output=True,

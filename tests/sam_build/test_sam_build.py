@@ -86,10 +86,10 @@ def test_sam_build_ships_each_function_code_without_build_files(arm64_build_dir:
         name
         for name in relative_files(source)
         if "__pycache__" not in name
-        and ((name.endswith(".py") and "/" not in name) or name.startswith(("jobs/", "worker/", "app/")))
+        and ((name.endswith(".py") and "/" not in name) or name.startswith(("job_worker/", "enqueue_api/")))
     }
     assert relative_files(built) == expected
-    handler_module = settings.handler.rsplit(".", 1)[0]
+    handler_module = settings.handler.rsplit(".", 1)[0].replace(".", "/")
     handler_file = built / f"{handler_module}.py"
     if not handler_file.is_file():
         handler_file = built / handler_module / "__init__.py"  # the handler module is a package

@@ -23,10 +23,10 @@ from agent_jobs.tenancy import TenantBounds, non_public_reason
 from agent_jobs.workspaces import WorkspaceQuotaError, WorkspaceRegistry
 from enqueue_api import app
 from enqueue_api.app import routes_jobs, validation
-from jobs.errors import PermanentJobError
-from jobs.github import GitHubClient
-from jobs.registered import RegisteredWorkspaceStore
-from processing import BatchWorker
+from job_worker.jobs.errors import PermanentJobError
+from job_worker.jobs.github import GitHubClient
+from job_worker.jobs.registered import RegisteredWorkspaceStore
+from job_worker.processing import BatchWorker
 from tests.conftest import GitWorkspaces, Stack, enqueue, make_job, register_workspace
 from tests.integration.test_batch_enqueue import batch_event
 from tests.integration.test_enqueue_api import Api, job_body, post_event, use_environment

@@ -40,7 +40,7 @@ def _job_id(body: str) -> str | None:
 def install(handler_module: ModuleType, config: dict[str, Any]) -> None:
     from agent_jobs.guard import ClaimOutcome, JobGuard
     from agent_jobs_local.folder_workspaces import LocalWorkspace
-    from jobs.git_workspace import GitWorkspace
+    from job_worker.jobs.git_workspace import GitWorkspace
 
     crash_after_claim = set(config.get("crash_after_claim", ()))
     hang_after_claim = set(config.get("hang_after_claim", ()))

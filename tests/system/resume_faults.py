@@ -15,8 +15,8 @@ from typing import Any
 
 def install(handler_module: ModuleType, config: dict[str, Any]) -> None:
     from agent_jobs_local.folder_workspaces import LocalWorkspace
-    from jobs.errors import RetryableJobError
-    from jobs.git_workspace import GitWorkspace
+    from job_worker.jobs.errors import RetryableJobError
+    from job_worker.jobs.git_workspace import GitWorkspace
 
     target, fault_file = str(config["failing_job"]), str(config["fault_file"])
     for workspace_class in (LocalWorkspace, GitWorkspace):

@@ -5,7 +5,7 @@ from pydantic import ValidationError
 
 from agent_jobs.patch_limits import PatchLimits
 from agent_jobs.settings import Settings
-from jobs.limits import GitLimits
+from job_worker.jobs.limits import GitLimits
 
 
 def test_settings_read_the_environment(monkeypatch: pytest.MonkeyPatch):

@@ -1,0 +1,198 @@
+"""The connection to one remote: fetches into a cache within the limits, and compare-and-swap pushes.
+
+The remote branch moves only by compare-and-swap: a push states the old value it expects and the remote refuses it if
+the branch has moved since (git's receive-pack, or dulwich's `set_if_equals` for a local remote, re-check the old value
+while holding the ref's lock).
+
+A writer killed mid-update (an invocation that crashed or timed out, taking every job it held with it) leaves a ref's
+git lock file behind, and git refuses every later update of that ref. A remote on this machine's file system is
+written by the pushing worker itself, so its pushes hold an flock (`LOCAL_PUSH_TURN`, released by the system when its
+holder dies) shared, and a push that finds a ref locked takes it exclusively: a lock file still there then has no live
+writer and is removed. The branch and the test-result refs of a local remote are written by Agent Jobs only. Before
+each use, a local remote with a confining folder is checked against it (`jobs.git.confinement`).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence, Set
+from contextlib import contextmanager
+from pathlib import Path
+
+from dulwich.client import LocalGitClient, get_transport_and_path
+from dulwich.file import FileLocked
+from dulwich.objects import ObjectID
+from dulwich.pack import UnpackedObject
+from dulwich.refs import Ref
+from dulwich.repo import Repo
+
+from job_worker.jobs.errors import PermanentJobError, RetryableJobError
+from job_worker.jobs.git.bounded_fetch import PackGuard, SizeCheckingLocalClient
+from job_worker.jobs.git.confinement import local_remote_escape
+from job_worker.jobs.git.remote import GitRemote
+from job_worker.jobs.limits import GitLimits
+
+# A remote on this machine's file system (a path or file:// URL) is written by the pushing worker itself. Every push
+# to it holds this file of the remote shared (an flock, which dies with its process), so that a ref's git lock file
+# found while the file is held exclusively was left by a writer killed mid-update, never by a live one.
+LOCAL_PUSH_TURN = "agent-jobs-push.flock"
+# How long a push waits for the live pushes of a local remote to end before it takes a ref's lock file for a live one.
+STALE_REF_LOCK_WAIT_SECONDS = 5.0
+
+
+class _RemoteRefusedError(Exception):
+    """update_refs found the remote ref other than the push requires: nothing is sent."""
+
+
+class RemoteTransport:
+    """How a workspace reads and writes its remote (`client`: dulwich's, for the remote's url and credentials)."""
+
+    def __init__(self, remote: GitRemote, limits: GitLimits) -> None:
+        self.remote = remote
+        self.limits = limits
+        credentials = remote.credentials
+        self.client, remote_path = get_transport_and_path(
+            remote.url,
+            username=credentials.username if credentials else None,
+            password=credentials.password if credentials else None,
+        )
+        self._path = os.fsencode(remote_path)
+
+    def fetch(self, repo: Repo, wanted: Sequence[Ref]) -> dict[Ref, ObjectID]:
+        """Fetch what the cache lacks of `refs` and return their values on the remote (absent: not there).
+
+        The values are the ones the remote advertised for this fetch, so every object they name is in the cache.
+        The cache keeps a copy of each ref, which makes the next fetch send only what is new.
+        """
+        self._check_confined()
+        advertised: dict[Ref, ObjectID] = {}
+
+        def wants(refs: Mapping[Ref, ObjectID], depth: int | None = None) -> list[ObjectID]:
+            advertised.update({ref: refs[ref] for ref in wanted if ref in refs})
+            return sorted({sha for sha in advertised.values() if sha not in repo.object_store})
+
+        # As dulwich's GitClient.fetch does, but the pack goes through PackGuard on its way to a file that the
+        # system removes even if this process dies, and a local remote is read through its size-checking client.
+        client = SizeCheckingLocalClient(self.limits, self.remote.display_url) if self.local_root() else self.client
+        with tempfile.TemporaryFile(dir=repo.object_store.path, prefix="incoming-") as pack:
+            guard = PackGuard(pack, self.limits, self.remote.display_url)
+            client.fetch_pack(self._path, wants, repo.get_graph_walker(), guard.receive, ref_prefix=list(wanted))
+            guard.finish()
+            if pack.tell():
+                pack.seek(0)
+                repo.object_store.add_thin_pack(pack.read, None)
+        local = repo.refs.as_dict()
+        for ref in wanted:
+            if ref in advertised:
+                repo.refs[ref] = advertised[ref]
+            elif ref in local:
+                del repo.refs[ref]
+        return advertised
+
+    def push(
+        self, repo: Repo, ref: Ref, new: ObjectID, still_expected: Callable[[Mapping[Ref, ObjectID]], bool]
+    ) -> bool:
+        """Send `new` and set the remote `ref` to it iff `still_expected(remote refs)`; False when refused.
+
+        The old value sent with the update is the one `still_expected` approved, and the remote applies the update
+        only if the ref still has that value (compare-and-swap), so a concurrent change in between is refused too.
+        """
+        self._check_confined()
+
+        def update_refs(remote_refs: dict[Ref, ObjectID]) -> dict[Ref, ObjectID]:
+            if not still_expected(remote_refs):
+                raise _RemoteRefusedError
+            return {ref: new}
+
+        def pack_data(
+            have: Set[ObjectID],
+            want: Set[ObjectID],
+            *,
+            ofs_delta: bool = False,
+            progress: Callable[[bytes], None] | None = None,
+        ) -> tuple[int, Iterator[UnpackedObject]]:
+            return repo.object_store.generate_pack_data(have, want, ofs_delta=ofs_delta, progress=progress)
+
+        for first_try in (True, False):
+            try:
+                with self._pushing():
+                    result = self.client.send_pack(self._path, update_refs, generate_pack_data=pack_data)
+                break
+            except _RemoteRefusedError:
+                return False
+            except FileLocked:
+                # Another worker holds the ref's lock: it is moving this very moment, unless that worker was killed
+                # mid-update (a crash or a timeout), whose lock file would refuse every later push of the ref.
+                if not (first_try and self._clear_stale_ref_lock(ref)):
+                    return False
+        status = (result.ref_status or {}).get(ref)
+        if status is None:
+            return True
+        # Refused after the check: a compare-and-swap lost in the remote, or a rule of the remote (protected branch,
+        # hook). Only the first is a moved head; the second must not be retried as if it were.
+        remote_now = self.client.get_refs(self._path).refs
+        current = {name: sha for name, sha in remote_now.items() if sha is not None}
+        if not still_expected(current):
+            return False
+        raise RetryableJobError(f"{self.remote.display_url} refused to update {ref.decode()}: {status}")
+
+    def local_root(self) -> Path | None:
+        return Path(os.fsdecode(self._path)) if isinstance(self.client, LocalGitClient) else None
+
+    def _check_confined(self) -> None:
+        """Before each read or write of a local remote that has a confining folder: refuse it if git's own pointers
+        lead outside that folder (checked on every use: the remote's owner may change its files at any time)."""
+        root = self.local_root()
+        if root is None or not self.remote.confined_to:
+            return
+        escape = local_remote_escape(root, self.remote.confined_to)
+        if escape is not None:
+            raise PermanentJobError(
+                f"{self.remote.display_url} reaches outside {self.remote.confined_to}/ (this tenant's remotes): "
+                f"{escape}; remove it from the remote (or register a remote that holds its own objects), then resume "
+                "the workspace"
+            )
+
+    @contextmanager
+    def _pushing(self) -> Iterator[None]:
+        """A push to a local remote holds its LOCAL_PUSH_TURN shared (pushes run at once; the remote's own
+        compare-and-swap orders them)."""
+        root = self.local_root()
+        if root is None:
+            yield
+            return
+        with (root / LOCAL_PUSH_TURN).open("a") as turn:
+            fcntl.flock(turn, fcntl.LOCK_SH)
+            try:
+                yield
+            finally:
+                fcntl.flock(turn, fcntl.LOCK_UN)
+
+    def _clear_stale_ref_lock(self, ref: Ref) -> bool:
+        """After a local remote's `ref` was found locked: once no push holds the remote's LOCAL_PUSH_TURN (waiting at
+        most STALE_REF_LOCK_WAIT_SECONDS), a lock file of `ref` still there was left by a killed writer: removed.
+        True if one was removed (push again), False otherwise (a live writer moved the ref, or still holds it)."""
+        root = self.local_root()
+        if root is None:
+            return False
+        deadline = time.monotonic() + STALE_REF_LOCK_WAIT_SECONDS
+        with (root / LOCAL_PUSH_TURN).open("a") as turn:
+            while True:
+                try:
+                    fcntl.flock(turn, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        return False
+                    time.sleep(0.01)
+            try:
+                lock = root / f"{os.fsdecode(ref)}.lock"
+                if not lock.exists():
+                    return False
+                lock.unlink()
+                return True
+            finally:
+                fcntl.flock(turn, fcntl.LOCK_UN)

@@ -1,0 +1,70 @@
+"""Redelivery: a record that must come back, and how soon (its visibility, shortened with jittered backoff)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from job_worker.worker.telemetry import Telemetry
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+    from mypy_boto3_sqs.type_defs import ChangeMessageVisibilityBatchRequestEntryTypeDef
+
+    from agent_jobs.guard import Item
+
+
+class RetryLaterError(Exception):
+    """The record must come back: report it (and the rest of its group) in batchItemFailures."""
+
+    def __init__(self, reason: str, delay_seconds: int) -> None:
+        super().__init__(reason)
+        self.delay_seconds = delay_seconds
+
+
+class SuspectError(RetryLaterError):
+    """The job's last claim died with a shared invocation: run it (and the rest of its group) alone, later in this
+    invocation (`worker.batch.BatchWorker.handle`)."""
+
+    def __init__(self, previous: Item) -> None:
+        super().__init__("its last claim died with a shared invocation: run it alone", 0)
+        self.shared_loss = bool(previous.get("leaseShared"))
+
+
+class Redelivery(Telemetry):
+    """The backoff of failed records: the rest of a failed record's group comes back with it."""
+
+    def _back_off(self, records: list[SQSRecord], failures: set[str], delays: dict[str, int]) -> None:
+        """Shorten the visibility of failed records and of the rest of their group (else they wait 6x Timeout)."""
+        group_delay: dict[str, int] = {}
+        entries: list[ChangeMessageVisibilityBatchRequestEntryTypeDef] = []
+        for record in records:
+            if record.message_id not in failures:
+                continue
+            group = record.attributes.message_group_id or ""
+            delay = delays.get(record.message_id, group_delay.get(group, self._backoff_seconds(record)))
+            group_delay.setdefault(group, delay)
+            entries.append(
+                {
+                    "Id": str(len(entries)),
+                    "ReceiptHandle": record.receipt_handle,
+                    "VisibilityTimeout": group_delay[group],
+                }
+            )
+        if not entries:
+            return
+        try:
+            response = self.services.sqs.change_message_visibility_batch(
+                QueueUrl=self.services.settings.queue_url,
+                Entries=entries,
+            )
+        except Exception as error:  # backoff is an optimisation: the queue's visibility timeout still applies
+            self.logger.warning("could not shorten visibility of failed records", extra={"error": repr(error)})
+            return
+        if response.get("Failed"):
+            self.logger.warning("some visibility changes failed", extra={"failed": response["Failed"]})
+
+    def _backoff_seconds(self, record: SQSRecord) -> int:
+        settings = self.services.settings
+        receives = max(1, int(record.attributes.approximate_receive_count))
+        bound = min(settings.backoff_max_seconds, settings.backoff_base_seconds * 2 ** (receives - 1))
+        return round(self.jitter(bound))

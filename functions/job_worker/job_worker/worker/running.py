@@ -1,0 +1,196 @@
+"""Claim, run, complete: one job's conditional claim, its check for jobs left unsettled ahead of it, its run by the
+handler of its type, and its outcome recorded (SUCCEEDED, FAILED for a retry, DEAD and the workspace halted)."""
+
+from __future__ import annotations
+
+import contextvars
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+
+from agent_jobs.guard import ClaimOutcome, FailOutcome, Item, Lease
+from agent_jobs.models import JobMessage, PayloadUnavailableError
+from job_worker.jobs import run_job
+from job_worker.jobs.context import JobContext
+from job_worker.jobs.errors import PermanentJobError
+from job_worker.worker.records import RecordParsing
+from job_worker.worker.redelivery import RetryLaterError, SuspectError
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.typing import LambdaContext
+
+    from job_worker.jobs.sandbox import TestSandbox
+
+# False while the groups of a batch run at once: a claim then never takes over a lease whose worker never came back.
+running_alone: contextvars.ContextVar[bool] = contextvars.ContextVar("running_alone", default=True)
+
+
+class JobRunning(RecordParsing):
+    """A parsed job's claim, run and completion, for a queue record and for a parked job a drain claimed alike."""
+
+    def _claim_and_run(self, record: SQSRecord, message: JobMessage, context: LambdaContext) -> None:
+        guard = self.services.guard
+        body = self._storable_body(record, message)
+        claim = guard.claim(
+            message,
+            message_id=record.message_id,
+            sequence_number=record.attributes.sequence_number,
+            remaining_ms=context.get_remaining_time_in_millis(),
+            body=body,
+            near_delivery_limit=self.services.settings.near_delivery_limit(
+                int(record.attributes.approximate_receive_count)
+            ),
+            alone=running_alone.get(),
+        )
+        outcome = claim.outcome
+        if outcome is ClaimOutcome.SUSPECT:
+            self.logger.info("the job's last claim died with a shared invocation: it runs alone after the others")
+            raise SuspectError(claim.previous or {})
+        job_type = str(message.type)
+        if outcome is ClaimOutcome.DUPLICATE:
+            self.logger.info("duplicate delivery of a job that already took effect: acknowledged")
+            self._count("JobsDuplicate", job_type)
+            return
+        if outcome is ClaimOutcome.BUSY:
+            lease_left_ms = int((claim.previous or {}).get("leaseExpiresAt", 0)) - guard.now()
+            self.logger.info("job is leased by another worker: retry after its lease")
+            raise RetryLaterError("leased by another worker", max(1, lease_left_ms // 1000 + 1))
+        if outcome is ClaimOutcome.WORKSPACE_HALTED:
+            if not self._park(record, message, reason="workspace halted"):
+                # The workspace became ACTIVE between the claim and the park (or the job changed): claim it again.
+                raise RetryLaterError("could not park: claim again", 0)
+            return
+        if outcome in (ClaimOutcome.SETTLED, ClaimOutcome.CONFLICT, ClaimOutcome.EXHAUSTED):
+            previous_status = (claim.previous or {}).get("status")
+            self.logger.warning(f"job not run: {outcome}", extra={"previousStatus": previous_status})
+            self._count({"EXHAUSTED": "JobsDead", "CONFLICT": "JobsConflict"}.get(outcome, "JobsSettled"), job_type)
+            if outcome is ClaimOutcome.EXHAUSTED:
+                self._count_halt()
+            return
+        if outcome is ClaimOutcome.CONTENDED or claim.lease is None:
+            raise RetryLaterError("claim contended", 1)
+        if self._parked_behind_missing_jobs(record, message, claim.lease):
+            return
+
+        self._run_leased(
+            claim.lease,
+            message,
+            context,
+            body=body,
+            backoff_seconds=lambda: self._backoff_seconds(record),
+            message_id=record.message_id,
+            sequence_number=record.attributes.sequence_number,
+        )
+
+    def _parked_behind_missing_jobs(self, record: SQSRecord, message: JobMessage, lease: Lease) -> bool:
+        """True if jobs the workspace accepted ahead of this one left the queue unsettled: this job, just claimed, is
+        parked behind them and the workspace halted naming them (a resume runs it after they were redriven and
+        retried, or skipped). Checked after the claim, so a duplicate delivery still costs one write and no read."""
+        missing = self.services.guard.missing_predecessors(
+            message.workspace_id,
+            tenant_id=str(message.tenant_id),
+            job_id=message.job_id,
+            sequence_number=record.attributes.sequence_number,
+        )
+        if not missing:
+            return False
+        missing_ids = [str(item.get("jobId")) for item in missing]
+        self.logger.error(
+            "jobs accepted ahead of this one never took effect: workspace halted", extra={"missingJobIds": missing_ids}
+        )
+        reason = f"jobs ahead of it never took effect: {', '.join(missing_ids)}"
+        if not self._park(record, message, reason=reason, lease=lease, missing=missing):
+            raise RetryLaterError("lease lost before the job could be parked", 1)
+        return True
+
+    def _run_leased(
+        self,
+        lease: Lease,
+        message: JobMessage,
+        context: LambdaContext,
+        *,
+        body: str,
+        backoff_seconds: Callable[[], int],
+        message_id: str | None,
+        sequence_number: str | None,
+    ) -> bool:
+        """Run a claimed job and record its outcome: True if it SUCCEEDED, False if it ended DEAD (workspace halted).
+        A retryable failure raises RetryLaterError (the job is FAILED, or PARKED again when a drain claimed it)."""
+        guard = self.services.guard
+        job_type = str(message.type)
+        started = time.monotonic()
+        try:
+            result = run_job(message.request(), self._job_context(message.workspace_id, context))
+        except (PermanentJobError, PayloadUnavailableError) as error:
+            if guard.fail(lease, str(error), permanent=True, body=body) is not FailOutcome.DEAD:
+                self.logger.info("lease lost before the permanent failure was recorded; leaving the job to its owner")
+                raise RetryLaterError("lease lost", 1) from error
+            self.logger.error("job failed permanently: DEAD, workspace halted", extra={"error": str(error)})
+            self._count("JobsDead", job_type)
+            self._count_halt()
+            return False
+        except Exception as error:
+            self.logger.warning("job failed, will retry", extra={"error": repr(error)})
+            self._count("JobsFailed", job_type)
+            failed = guard.fail(lease, f"{type(error).__name__}: {error}", body=body)
+            if failed is FailOutcome.DEAD:
+                self.logger.error("attempts exhausted: DEAD, workspace halted")
+                self._count("JobsDead", job_type)
+                self._count_halt()
+                return False
+            raise RetryLaterError(str(error), backoff_seconds()) from error
+        if not guard.complete(lease, result):
+            # Another worker took the job over after our lease expired; its outcome stands, not ours.
+            self.logger.info("lease lost before completion; leaving the job to its new owner")
+            raise RetryLaterError("lease lost", 1)
+        self.logger.info("job succeeded", extra={"messageId": message_id, "sequenceNumber": sequence_number})
+        self._count("JobsSucceeded", job_type)
+        self._emit("JobDuration", MetricUnit.Milliseconds, (time.monotonic() - started) * 1000, job_type=job_type)
+        return True
+
+    def _job_context(self, workspace_id: str, context: LambdaContext) -> JobContext:
+        """The handler's view of its workspace; for a registered git workspace also its registration and token.
+        (An unregistered workspace raises PermanentJobError here: the job ends DEAD with what to do.)"""
+        job_context = JobContext(
+            workspace=self.workspaces.open(workspace_id),
+            remaining_ms=context.get_remaining_time_in_millis,
+            safety_margin_ms=self.services.settings.time_safety_margin_ms,
+            invocation_ms=self._invocation_ms,
+            test_sandbox=self._test_sandbox,
+        )
+        return self.workspaces.job_context(workspace_id, job_context)
+
+    def _test_sandbox(self) -> TestSandbox | None:
+        from job_worker.jobs.sandbox import TestSandbox  # the first run_tests job loads it, not the cold start
+
+        return TestSandbox.from_services(self.services)
+
+    def _park(
+        self,
+        record: SQSRecord,
+        message: JobMessage,
+        *,
+        reason: str,
+        halt: bool = False,
+        lease: Lease | None = None,
+        missing: list[Item] | None = None,
+    ) -> bool:
+        parked = self.services.guard.park(
+            message,
+            message_id=record.message_id,
+            sequence_number=record.attributes.sequence_number,
+            body=self._storable_body(record, message),
+            reason=reason,
+            halt_workspace=halt,
+            lease=lease,
+            missing=missing or (),
+        )
+        if parked:
+            self.logger.warning(f"job parked: {reason}")
+            self._count("JobsParked", str(message.type))
+            if halt or missing:
+                self._count_halt()
+        return parked
