@@ -26,7 +26,6 @@ from dulwich.repo import Repo
 from moto import mock_aws
 from pydantic import ValidationError
 
-import sandbox_app
 from agent_jobs.models import RunTestsJob
 from agent_jobs.payloads import PayloadStore
 from agent_jobs.registration import RegisteredWorkspace, WorkspaceRegistration
@@ -38,7 +37,8 @@ from job_worker.jobs.errors import PermanentJobError, RetryableJobError
 from job_worker.jobs.git_workspace import GitRemote, GitWorkspace, GitWorkspaceStore
 from job_worker.jobs.sandbox import SANDBOX_PREFIX, TestSandbox, pack_checkout, test_timeout_seconds
 from job_worker.jobs.scratch import IN_USE, SCRATCH_PREFIX
-from sandbox_archive import ArchiveLimits, extract_archive
+from test_sandbox import app as sandbox_app
+from test_sandbox.archive import ArchiveLimits, extract_archive
 from tests.git.conftest import BASE_BRANCH, SEED_FILES, commit_files
 
 BUCKET = "agent-jobs-payloads-test"

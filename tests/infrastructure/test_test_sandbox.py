@@ -28,7 +28,7 @@ def test_sandbox_is_isolated_per_tenant(template: Template) -> None:
 def test_sandbox_runs_the_stdlib_handler_without_layer_or_tracing(model: TemplateModel) -> None:
     properties = model.function_properties(SANDBOX)  # Globals merged in, as SAM deploys it
     assert properties["CodeUri"] == "functions/test_sandbox"
-    assert properties["Handler"] == "sandbox_app.lambda_handler"
+    assert properties["Handler"] == "test_sandbox.app.lambda_handler"
     assert properties["Runtime"] == "python3.13"
     assert "Layers" not in properties
     assert "Tracing" not in properties
@@ -136,4 +136,4 @@ def test_sandbox_build_copies_only_its_own_modules(model: TemplateModel) -> None
 
     makefile = (REPO / "functions" / "test_sandbox" / "Makefile").read_text()
     assert makefile.count("build-TestSandboxFunction:") == 1
-    assert 'cp sandbox_*.py "$(ARTIFACTS_DIR)/"' in makefile
+    assert 'cp -R test_sandbox "$(ARTIFACTS_DIR)/"' in makefile

@@ -19,7 +19,7 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any
 
-import sandbox_app
+from test_sandbox import app as sandbox_app
 
 PATH_PREFIX = "/2015-03-31/functions/"
 PATH_SUFFIX = "/invocations"

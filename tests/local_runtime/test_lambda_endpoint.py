@@ -323,7 +323,7 @@ def sandbox_event(archive: dict[str, Any], argv: list[str]) -> dict[str, Any]:
 
 @pytest.fixture
 def real_sandbox() -> Iterator[LocalLambdaEndpoint]:
-    template = function_template(SANDBOX_CODE.name, "sandbox_app.lambda_handler", Timeout=30)
+    template = function_template(SANDBOX_CODE.name, "test_sandbox.app.lambda_handler", Timeout=30)
     with start_endpoint(template, SANDBOX_CODE.parent) as endpoint:
         yield endpoint
 

@@ -57,7 +57,7 @@ def run_built(build_dir: Path, function: str, event: Path, env: dict[str, str]) 
 SANDBOX_RUNNER = r"""
 import json, sys
 sys.path[:0] = [sys.argv[1]]   # /var/task: the sandbox has no layer
-import sandbox_app
+from test_sandbox import app as sandbox_app
 print(json.dumps({"result": sandbox_app.lambda_handler(json.load(sys.stdin), None), "app": sandbox_app.__file__}))
 """
 

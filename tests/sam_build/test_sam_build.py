@@ -82,12 +82,8 @@ def test_sam_build_ships_each_function_code_without_build_files(arm64_build_dir:
     model = TemplateModel.from_path()
     settings = model.function_settings(function_id)
     source, built = REPO / settings.code_uri, arm64_build_dir / function_id
-    expected = {
-        name
-        for name in relative_files(source)
-        if "__pycache__" not in name
-        and ((name.endswith(".py") and "/" not in name) or name.startswith(("job_worker/", "enqueue_api/")))
-    }
+    package = settings.handler.split(".", 1)[0]  # each function folder holds one package, named by its Handler
+    expected = {name for name in relative_files(source) if "__pycache__" not in name and name.startswith(f"{package}/")}
     assert relative_files(built) == expected
     handler_module = settings.handler.rsplit(".", 1)[0].replace(".", "/")
     handler_file = built / f"{handler_module}.py"
@@ -125,7 +121,7 @@ def test_local_build_dir_holds_the_functions_and_the_layer(local_build_dir: Path
 
 def test_sam_build_ships_the_sandbox_alone_without_the_layers_package(arm64_build_dir: Path) -> None:
     built = arm64_build_dir / "TestSandboxFunction"
-    assert relative_files(built) == {"sandbox_app.py", "sandbox_archive.py", "sandbox_runner.py"}
+    assert relative_files(built) == {f"test_sandbox/{name}.py" for name in ("__init__", "app", "archive", "runner")}
     # it imports nothing but the standard library and its own modules
     for path in built.glob("*.py"):
         text = path.read_text()

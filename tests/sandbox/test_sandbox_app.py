@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-import sandbox_app
+from test_sandbox import app as sandbox_app
 from tests.sandbox.conftest import file_member, inline, link_member, sandbox_event, tar_gz
 from tests.sandbox.test_sandbox_runner import wait_until_gone
 
@@ -204,7 +204,7 @@ def test_sandbox_command_never_sees_the_function_environment(monkeypatch: pytest
         "AWS_SESSION_TOKEN": "sandbox-session-token",
         "AWS_LAMBDA_FUNCTION_NAME": "agent-jobs-test-sandbox",
         "AWS_CONTAINER_CREDENTIALS_FULL_URI": "http://169.254.170.2/creds",
-        "_HANDLER": "sandbox_app.lambda_handler",
+        "_HANDLER": "test_sandbox.app.lambda_handler",
         "TABLE_NAME": "agent-jobs-table",
     }
     for name, value in secrets.items():
@@ -278,8 +278,9 @@ def test_sandbox_in_lambda_kills_every_other_process_of_its_uid_and_hides_its_en
     uid = 54_321
     task = Path(tempfile.mkdtemp(prefix="sandbox-task-"))
     work_root = Path(tempfile.mkdtemp(prefix="sandbox-work-"))
-    for module in Path(sandbox_app.__file__).parent.glob("sandbox_*.py"):
-        shutil.copy(module, task / module.name)
+    shutil.copytree(
+        Path(sandbox_app.__file__).parent, task / "test_sandbox", ignore=shutil.ignore_patterns("__pycache__")
+    )
     task.chmod(0o755)
     work_root.chmod(0o777)
     earlier = subprocess.Popen(["sleep", "300"], user=uid, group=uid, start_new_session=True)
@@ -287,7 +288,9 @@ def test_sandbox_in_lambda_kills_every_other_process_of_its_uid_and_hides_its_en
     reader = b"#!/bin/sh\ntr '\\0' '\\n' < /proc/$PPID/environ\necho read=$?\n"
     event = sandbox_event(inline(tar_gz([file_member("ok.sh", reader, mode=0o755)])), ["./ok.sh"])
     script = (
-        "import json, sys, sandbox_app\nprint(json.dumps(sandbox_app.lambda_handler(json.load(sys.stdin), None)))\n"
+        "import json, sys\n"
+        "from test_sandbox import app\n"
+        "print(json.dumps(app.lambda_handler(json.load(sys.stdin), None)))\n"
     )
     environment = {
         "PATH": "/usr/bin:/bin",

@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-import sandbox_app
+from test_sandbox import app as sandbox_app
 from tests.sandbox.conftest import file_member, sandbox_event, tar_gz
 
 CHECKOUT = tar_gz([file_member("run.sh", b"#!/bin/sh\necho downloaded and ran\n", mode=0o755)])

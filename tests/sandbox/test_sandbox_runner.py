@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-import sandbox_runner as test_runner
-from sandbox_runner import SandboxRequestError
+from test_sandbox import runner as test_runner
+from test_sandbox.runner import SandboxRequestError
 
 PYTHON = sys.executable
 
@@ -93,7 +93,7 @@ def test_runner_child_cannot_see_credentials_or_function_settings(tmp_path: Path
         "QUEUE_URL": "https://sqs.example/agent-jobs.fifo",
         "POWERTOOLS_SERVICE_NAME": "agent-jobs-worker",
         "AWS_LAMBDA_RUNTIME_API": "127.0.0.1:9001",
-        "_HANDLER": "sandbox_app.lambda_handler",
+        "_HANDLER": "test_sandbox.app.lambda_handler",
         "LAMBDA_TASK_ROOT": "/var/task",
         "SANDBOX_MAX_MEMBERS": "100",
     }

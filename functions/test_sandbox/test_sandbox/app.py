@@ -25,8 +25,8 @@ import time
 from pathlib import Path
 from typing import Any, Protocol
 
-from sandbox_archive import ArchiveLimits, extract_archive, load_archive
-from sandbox_runner import (
+from test_sandbox.archive import ArchiveLimits, extract_archive, load_archive
+from test_sandbox.runner import (
     SandboxRequestError,
     adopt_orphans,
     descendants,
