@@ -329,6 +329,15 @@ def test_submit_jobs_refuses_a_malformed_batch_naming_the_item_and_field(
     assert api.items() == []
 
 
+def test_a_batch_job_naming_a_tenant_is_told_where_the_tenant_comes_from(api: Api) -> None:
+    response = api.invoke(batch_event({"jobs": [job_body("j-1"), {**job_body("j-2"), "tenantId": "x"}]}))
+
+    # Then it is worded as for a single job: the tenant comes from the credentials
+    assert response.status == 422
+    assert "from your credentials" in response.field_errors()["jobs.1.tenantId"]
+    assert api.items() == []
+
+
 def test_submit_jobs_refuses_a_body_that_is_not_a_batch(api: Api) -> None:
     assert api.invoke(batch_event(None, raw="[1, 2]")).status == 400
     assert api.invoke(batch_event(None, raw="{")).status == 400

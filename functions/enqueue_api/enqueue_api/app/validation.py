@@ -115,7 +115,7 @@ def _type_errors(detail: Mapping[str, Any], loc: Sequence[Any], document: Any) -
 def _field_message(field: str, loc: Sequence[Any], detail: Mapping[str, Any], document: Any) -> str:
     kind = str(detail["type"])
     if kind == "extra_forbidden":
-        if field == "tenantId":
+        if loc[-1] == "tenantId":  # of a job, or of a job of a batch
             return "unknown field; the tenant comes from your credentials, never from the body"
         return "unknown field; remove it"
     if field == "jobs" and kind in {"missing", "list_type", "too_short", "too_long"}:
