@@ -603,6 +603,26 @@ def test_read_job_malformed_job_id_is_422(api: Api, raw_job_id: str) -> None:
     assert set(response.field_errors()) == {"jobId"}
 
 
+def test_the_request_body_is_parsed_once(api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a registered workspace, and every JSON document decoded in this process counted from then on
+    register_workspace(api.stack, "ws-a", "default")
+    body = json.dumps(job_body("job-parsed-once", "ws-a"))
+    decoded: list[str] = []
+    decode = json.JSONDecoder.decode
+
+    def counted(self: json.JSONDecoder, text: str, *args: Any, **kwargs: Any) -> Any:
+        decoded.append(text)
+        return decode(self, text, *args, **kwargs)
+
+    monkeypatch.setattr(json.JSONDecoder, "decode", counted)
+
+    response = api.invoke(post_event(raw=body), register=False)
+
+    # Then the job is accepted, its body (up to MAX_REQUEST_BYTES of it) decoded once, not once per reader
+    assert response.status == 202, response.body
+    assert decoded.count(body) == 1
+
+
 def test_read_job_by_a_percent_encoded_job_id(api: Api) -> None:
     # Given a job whose jobId a client percent-encodes in the URL (API Gateway routes on the raw path)
     enqueue(api.stack, make_job("job-1.a", "ws-a"), tenant_id="default")

@@ -66,7 +66,7 @@ from botocore.exceptions import ClientError, HTTPClientError
 from botocore.exceptions import ConnectionError as AwsConnectionError
 
 from . import openapi, routes_halts, routes_jobs, routes_workspaces
-from .bodies import JSON_MEDIA_TYPE, body_limit_bytes, checked_body
+from .bodies import JSON_MEDIA_TYPE, body_limit_bytes, checked_body, json_object
 from .context import http_event, logger, metrics, reset_services, services, tracer
 from .errors import RequestRefused, json_response, refusal_proxy_response, refusal_response, unavailable_response
 from .openapi import OPENAPI_PATH
@@ -91,9 +91,14 @@ __all__ = [
     "services",
 ]
 
+
+def _read_body(text: str) -> dict[str, Any]:
+    return json_object(text, http_event(app))
+
+
 # Powertools validates each route's typed path, query and body parameters (and serializes the response model it
-# returns); its refusals are answered in this API's own words by `invalid_request`.
-app = APIGatewayHttpResolver(enable_validation=True)
+# returns); its refusals are answered in this API's own words by `refused`. The body is parsed once, by `_read_body`.
+app = APIGatewayHttpResolver(enable_validation=True, json_body_deserializer=_read_body)
 app.include_router(routes_jobs.router)
 app.include_router(routes_workspaces.router)
 app.include_router(routes_halts.router)

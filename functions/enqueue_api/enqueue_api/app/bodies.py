@@ -83,8 +83,8 @@ BODY_RULES: Final = {
 
 def checked_body(raw_event: dict[str, Any], settings: Callable[[], Settings]) -> dict[str, Any]:
     """The pre-check of a request that carries a body, before Powertools routes and validates it: RequestRefused
-    415 not JSON, 413 over the operation's limit, 400 empty, malformed, not an object or not text the job queue can
-    carry. The event comes back with its JSON media type (`+json`, any case) named `application/json`, as
+    415 not JSON, 413 over the operation's limit, 400 empty or not UTF-8 (the JSON itself is read once, by
+    `json_object`). The event comes back with its JSON media type (`+json`, any case) named `application/json`, as
     Powertools reads it."""
     event = APIGatewayProxyEventV2(raw_event)
     rule = BODY_RULES.get(operation_of(event))
@@ -100,18 +100,29 @@ def checked_body(raw_event: dict[str, Any], settings: Callable[[], Settings]) ->
         )
     if not raw.strip():
         raise RequestRefused(HTTPStatus.BAD_REQUEST, f"the request body is empty; send {rule.shape}")
-    document = _parse_json(raw)
-    if not isinstance(document, dict):
-        raise RequestRefused(
-            HTTPStatus.BAD_REQUEST,
-            f"the request body is a JSON {json_kind(document)}; send a JSON object: {rule.shape}",
-        )
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise RequestRefused(HTTPStatus.BAD_REQUEST, "the request body is not valid UTF-8 text") from None
     if content_type is None or content_type.strip().startswith(JSON_MEDIA_TYPE):
         return raw_event
     headers = {
         name: value for name, value in (raw_event.get("headers") or {}).items() if name.lower() != "content-type"
     }
     return {**raw_event, "headers": {**headers, "content-type": JSON_MEDIA_TYPE}}
+
+
+def json_object(text: str, event: APIGatewayProxyEventV2) -> dict[str, Any]:
+    """The body as a JSON object, parsed once, by Powertools (the resolver's deserializer) when it validates the body:
+    RequestRefused 400 when it is malformed, not an object, or holds text the job queue cannot carry."""
+    document = _parse_json(text)
+    if not isinstance(document, dict):
+        rule = BODY_RULES.get(operation_of(event))
+        shape = f": {rule.shape}" if rule else ""
+        raise RequestRefused(
+            HTTPStatus.BAD_REQUEST, f"the request body is a JSON {json_kind(document)}; send a JSON object{shape}"
+        )
+    return document
 
 
 def json_kind(document: Any) -> str:
@@ -145,11 +156,7 @@ def _body_bytes(event: APIGatewayProxyEventV2) -> bytes:
         raise RequestRefused(HTTPStatus.BAD_REQUEST, "the request body is not valid UTF-8 text") from None
 
 
-def _parse_json(raw: bytes) -> Any:
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise RequestRefused(HTTPStatus.BAD_REQUEST, "the request body is not valid UTF-8 text") from None
+def _parse_json(text: str) -> Any:
     try:
         document = json.loads(text)
     except json.JSONDecodeError as error:
