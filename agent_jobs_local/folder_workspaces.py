@@ -36,7 +36,7 @@ class LocalWorkspace:
     """A workspace folder: `commits.jsonl` (the branch, oldest first), `tests/`, `pulls.json`, guarded by a lock."""
 
     def __init__(self, root: Path, workspace_id: str) -> None:
-        if not re.match(ID_PATTERN, workspace_id):
+        if not re.fullmatch(ID_PATTERN, workspace_id):
             raise ValueError(f"not a workspace id: {workspace_id!r}")
         self.workspace_id = workspace_id
         self.path = root / workspace_id

@@ -117,7 +117,7 @@ def _parse(event: Any) -> dict[str, Any]:
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_OUTPUT_LIMIT_BYTES:
         raise SandboxRequestError(f'"outputLimitBytes" must be an integer from 1 to {MAX_OUTPUT_LIMIT_BYTES}')
     commit = event.get("commit")
-    if not isinstance(commit, str) or not _COMMIT.match(commit):
+    if not isinstance(commit, str) or not _COMMIT.fullmatch(commit):
         raise SandboxRequestError('"commit" must be a 40-digit lowercase hex commit id')
     return event
 

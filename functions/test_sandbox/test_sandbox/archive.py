@@ -62,7 +62,7 @@ def load_archive(spec: Any, limits: ArchiveLimits) -> bytes:
     if not isinstance(spec, dict):
         raise SandboxRequestError('"archive" must be {"inline", "sha256"} or {"url", "sha256", "size"}')
     expected = spec.get("sha256")
-    if not isinstance(expected, str) or not _SHA256.match(expected):
+    if not isinstance(expected, str) or not _SHA256.fullmatch(expected):
         raise SandboxRequestError('"archive.sha256" must be the 64 lowercase hex digits of the archive\'s sha256')
     if "inline" in spec:
         data = _inline(spec["inline"], limits)

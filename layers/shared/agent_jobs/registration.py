@@ -96,9 +96,9 @@ def _check_branch(value: str) -> str:
 
 def _check_token_parameter(value: str) -> str:
     store, _, name = value.partition(":")
-    if store == "ssm" and _SSM_PARAMETER_NAME.match(name):
+    if store == "ssm" and _SSM_PARAMETER_NAME.fullmatch(name):
         return value
-    if store == "secretsmanager" and _SECRET_ID.match(name):
+    if store == "secretsmanager" and _SECRET_ID.fullmatch(name):
         return value
     raise PydanticCustomError("token_parameter", f"tokenParameter is {_TOKEN_PARAMETER_FORMS}")
 

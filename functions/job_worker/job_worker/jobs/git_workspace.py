@@ -112,7 +112,7 @@ class GitWorkspaceStore:
         self.patch_limits = patch_limits or PatchLimits()
 
     def open(self, workspace_id: str) -> GitWorkspace:
-        if not re.match(ID_PATTERN, workspace_id):
+        if not re.fullmatch(ID_PATTERN, workspace_id):
             raise ValueError(f"not a workspace id: {workspace_id!r}")
         if self._resolve is None:
             raise TypeError("this store resolves no remotes: open_remote(workspace_id, remote)")
@@ -120,7 +120,7 @@ class GitWorkspaceStore:
 
     def open_remote(self, workspace_id: str, remote: GitRemote) -> GitWorkspace:
         """The git workspace of `workspace_id` on `remote`, with its warm cache under cache_root."""
-        if not re.match(ID_PATTERN, workspace_id):
+        if not re.fullmatch(ID_PATTERN, workspace_id):
             raise ValueError(f"not a workspace id: {workspace_id!r}")
         cache_path = self.cache_root / f"{workspace_id}-{remote.cache_key}.git"
         return GitWorkspace(
@@ -195,9 +195,9 @@ class GitWorkspace:
         `fetched` is the branch as the caller fetched it in its own use of the cache (`apply_once`), to commit on
         instead of fetching again.
         """
-        if not re.match(ID_PATTERN, job_id):
+        if not re.fullmatch(ID_PATTERN, job_id):
             raise ValueError(f"not a job id: {job_id!r}")  # it goes into the trailer, which must stay one line
-        if author is not None and not IDENTITY.match(author):
+        if author is not None and not IDENTITY.fullmatch(author):
             raise PermanentJobError(f"author must look like 'Name <email>', got {author!r}")
         parsed = parse_patch(patch, self.patch_limits)  # refused before this commit touches the remote
         full_message = f"{message.rstrip()}\n\n{JOB_TRAILER}: {job_id}\n"
@@ -277,7 +277,7 @@ class GitWorkspace:
 
     def checkout(self, sha: str, path: Path) -> None:
         """Write the tree of commit `sha` (of the branch or its base) into the empty or missing folder `path`."""
-        if not SHA.match(sha):
+        if not SHA.fullmatch(sha):
             raise ValueError(f"not a commit sha: {sha!r}")
         with self._cache() as repo:
             if ObjectID(sha.encode()) not in repo.object_store:

@@ -237,7 +237,7 @@ class GitHubClient:
 
 def _repository(owner: str, repo: str) -> str:
     for kind, name in (("owner", owner), ("repository", repo)):
-        if not _NAME.match(name) or name in (".", ".."):
+        if not _NAME.fullmatch(name) or name in (".", ".."):
             raise PermanentJobError(
                 f"{name!r} is not a GitHub {kind} name (letters, digits, '-', '_', '.'); fix the workspace's repository"
             )

@@ -92,14 +92,14 @@ class RegisteredWorkspaceStore:
     def open(self, workspace_id: str) -> GitWorkspace:
         """The workspace's git workspace on the remote its registration names (checked against the tenant's bounds
         here, so the git store never reads a registration)."""
-        if not re.match(ID_PATTERN, workspace_id):
+        if not re.fullmatch(ID_PATTERN, workspace_id):
             raise ValueError(f"not a workspace id: {workspace_id!r}")
         return self._git.open_remote(workspace_id, self._remote(workspace_id))
 
     def owner(self, workspace_id: str) -> str | None:
         """The tenant that registered `workspace_id` (cached per execution environment); None when nobody did, or
         when the name is no workspace id at all (then nothing is read)."""
-        if not re.match(ID_PATTERN, workspace_id):
+        if not re.fullmatch(ID_PATTERN, workspace_id):
             return None
         try:
             return self.registration(workspace_id).tenant_id

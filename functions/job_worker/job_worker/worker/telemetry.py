@@ -181,6 +181,6 @@ def job_id_if_any(body: str) -> str | None:
         job_id = json.loads(body).get("jobId")
     except Exception:  # not JSON, not an object, or nested too deep (RecursionError)
         return None
-    if isinstance(job_id, str) and len(job_id) <= 64 and re.match(ID_PATTERN, job_id):
+    if isinstance(job_id, str) and len(job_id) <= 64 and re.fullmatch(ID_PATTERN, job_id):
         return job_id
     return None

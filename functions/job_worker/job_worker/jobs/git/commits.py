@@ -55,7 +55,7 @@ def job_id_of(message: bytes) -> str | None:
 
 
 def result_ref(job_id: str, head: str) -> Ref:
-    if not re.match(ID_PATTERN, job_id) or not SHA.match(head):
+    if not re.fullmatch(ID_PATTERN, job_id) or not SHA.fullmatch(head):
         raise ValueError(f"a test result is stored per job id and commit sha, got {job_id!r} and {head!r}")
     ref = Ref(f"{TEST_RESULTS_NAMESPACE}/{job_id}/{head}".encode())
     if not check_ref_format(Ref(ref[len(b"refs/") :])):
