@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from agent_jobs.core.outcomes import ResumeOutcome
 from agent_jobs.models import JobMessage, JobType, ResumeDecision
 from agent_jobs.store import JobGuard
 from agent_jobs.store.codec import Item, wire
@@ -59,6 +60,13 @@ def unused(request: dict[str, Any]) -> list[str]:
     used = " ".join(request.get(name, "") for name in EXPRESSIONS)
     declared = [*request.get("ExpressionAttributeValues", {}), *request.get("ExpressionAttributeNames", {})]
     return [name for name in declared if not re.search(re.escape(name) + r"(?![A-Za-z0-9_])", used)]
+
+
+def undeclared(request: dict[str, Any]) -> list[str]:
+    """The placeholders an expression uses that the request does not declare (DynamoDB refuses those too)."""
+    used = set(re.findall(r"[:#][A-Za-z0-9_]+", " ".join(request.get(name, "") for name in EXPRESSIONS)))
+    declared = {*request.get("ExpressionAttributeValues", {}), *request.get("ExpressionAttributeNames", {})}
+    return sorted(used - declared)
 
 
 MESSAGE = JobMessage(
@@ -111,6 +119,7 @@ def test_every_request_uses_what_it_declares(operation: str) -> None:
     OPERATIONS[operation](JobGuard(client, "jobs"))  # type: ignore[arg-type]
     assert client.requests, "the operation sent a request"
     assert [unused(request) for request in client.requests] == [[] for _ in client.requests]
+    assert [undeclared(request) for request in client.requests] == [[] for _ in client.requests]
 
 
 @pytest.mark.parametrize("status", ["DEAD", "PARKED", "REJECTED", "QUEUED"])
@@ -134,7 +143,10 @@ def test_every_resume_request_uses_what_it_declares(
     other = {"jobId": "j9", "tenantId": "t1", "status": "DEAD", "sequenceNumber": "9"}
     items = {"ws#w1": {k: v for k, v in workspace.items() if v}, "job#t1#j1": halting, "job#t1#j9": other}
     client = Recording(items)
-    JobGuard(client, "jobs").begin_resume(  # type: ignore[arg-type]
+    result = JobGuard(client, "jobs").begin_resume(  # type: ignore[arg-type]
         "w1", tenant_id="t1", halting_job_id="j1", decision=decision, operator="op"
     )
+    # Only a refused retry writes nothing; every decision writes
+    assert bool(client.requests) is (result.outcome is not ResumeOutcome.RETRY_REFUSED), result.outcome
     assert [unused(request) for request in client.requests] == [[] for _ in client.requests]
+    assert [undeclared(request) for request in client.requests] == [[] for _ in client.requests]
