@@ -1,5 +1,6 @@
 """Folder workspaces: each workspace a folder holding an append-only commit ledger, for the worker's tests, the
-benchmarks and the local runtime's plans (the deployed worker runs on registered git workspaces, `jobs.registered`).
+benchmarks and the local runtime's plans (the deployed worker runs on registered git workspaces,
+`job_worker.jobs.registered`).
 
 A folder workspace gives the job handlers the two properties the exactly-once promise rests on: a commit carries the
 jobId that made it (the `Agent-Job-Id` trailer), and the branch moves only by compare-and-swap on its expected head,

@@ -9,8 +9,8 @@ if TYPE_CHECKING:
 
 
 class UnregisteredWorkspaces:
-    """What a store without registrations answers the worker (`jobs.workspace.JobWorkspaceStore`): no workspace has
-    an owner, so a message's own tenant stands, and a job gets no registration, token or host check.
+    """What a store without registrations answers the worker (`job_worker.jobs.workspace.JobWorkspaceStore`): no
+    workspace has an owner, so a message's own tenant stands, and a job gets no registration, token or host check.
 
     It imports nothing of the worker's code, so a store defined before the function's folder is on the import path
     (the benchmarks') can build on it."""

@@ -1,8 +1,6 @@
 """The worker's batch logic (its phases are the modules of `worker`): the names its users import."""
 
 from job_worker.worker.batch import BatchWorker
-from job_worker.worker.records import parse_job_message
-from job_worker.worker.redelivery import RetryLaterError, SuspectError
 from job_worker.worker.telemetry import JOB_TYPE_DIMENSION, UNKNOWN_JOB_TYPE, WORKSPACES_HALTED, failure_cause
 
 __all__ = [
@@ -10,8 +8,5 @@ __all__ = [
     "UNKNOWN_JOB_TYPE",
     "WORKSPACES_HALTED",
     "BatchWorker",
-    "RetryLaterError",
-    "SuspectError",
     "failure_cause",
-    "parse_job_message",
 ]

@@ -35,7 +35,8 @@ REGISTRATION_CACHE_SECONDS = 60
 
 
 class RegisteredWorkspaceStore:
-    """The worker's workspaces (`jobs.workspace.JobWorkspaceStore`): each belongs to the tenant that registered it."""
+    """The worker's workspaces (`job_worker.jobs.workspace.JobWorkspaceStore`): each belongs to the tenant that
+    registered it."""
 
     binds_tenants = True
 

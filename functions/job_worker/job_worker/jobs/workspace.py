@@ -2,8 +2,8 @@
 
 A workspace gives the handlers the two properties the exactly-once promise rests on: a commit carries the jobId that
 made it (the `Agent-Job-Id` trailer), and the branch moves only by compare-and-swap on its expected head, so a stale
-worker cannot move it. The deployed worker's workspaces are git branches of registered remotes (`jobs.registered`,
-`jobs.git_workspace`).
+worker cannot move it. The deployed worker's workspaces are git branches of registered remotes
+(`job_worker.jobs.registered`, `job_worker.jobs.git_workspace`).
 """
 
 from __future__ import annotations
@@ -56,8 +56,8 @@ class WorkspaceStore(Protocol):
 
 class JobWorkspaceStore(WorkspaceStore, Protocol):
     """What the worker needs of a workspace store: the workspace a job runs on, the tenant a workspace belongs to, and
-    what a job may use of the workspace's registration. The deployed store is `jobs.registered`'s; a store without
-    registrations (folder workspaces) answers that no workspace has an owner and adds nothing to a job."""
+    what a job may use of the workspace's registration. The deployed store is `job_worker.jobs.registered`'s; a store
+    without registrations (folder workspaces) answers that no workspace has an owner and adds nothing to a job."""
 
     # True: a workspace and its records belong to the tenant that registered it, whatever a sender names (a record
     # that cannot be parsed is recorded as the owner's). False: the store has no registrations, a message's tenant
