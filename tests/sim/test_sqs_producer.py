@@ -11,6 +11,7 @@ from aws_lambda_powertools.utilities.parser.models import SqsModel
 from agent_jobs.keys import workspace_group_id
 from agent_jobs.models import JobMessage
 from agent_jobs.producer import enqueue_job, enqueue_jobs
+from agent_jobs_cli.deadletters import DeadLetterQueue
 from agent_jobs_local.event_source import receive_event
 from agent_jobs_sim.sqs import SimSQS
 from tests.conftest import REGION, Stack, make_job, register_workspace
@@ -54,3 +55,25 @@ def test_sqs_producer_sends_through_the_simulation_and_a_receive_is_a_lambda_eve
     attributes = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
     assert (attributes["VisibilityTimeout"], attributes["DeduplicationScope"]) == ("720", "messageGroup")
     assert len(sqs.in_flight(url)) == 3
+
+
+def test_sqs_dead_letter_tool_reads_what_the_redrive_moved(stack: Stack) -> None:
+    clock = [1_800_000_000.0]
+    sqs = SimSQS(lambda: clock[0], random.Random(5))
+    url, _ = template_queues(stack, sqs)
+    dlq_url = sqs.get_queue_url(QueueName=stack.model.queue_name(stack.model.dead_letter_queue_id))["QueueUrl"]
+    register_workspace(stack, "ws-sim")
+    client = cast(Any, sqs)
+    for n in (1, 2):
+        enqueue_job(make_job(f"dead-{n}", "ws-sim"), "tenant-1", guard=stack.guard, sqs=client, queue_url=url)
+
+    # Given every delivery fails until the queue's redrive policy moves both jobs
+    while sqs.messages(url):
+        assert sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages") or sqs.messages(dlq_url)
+        clock[0] += 720
+
+    listing = DeadLetterQueue(client, dlq_url, final_wait_seconds=0).read()
+
+    assert [(m.job_id, m.workspace_id) for m in listing.messages] == [("dead-1", "ws-sim"), ("dead-2", "ws-sim")]
+    assert listing.approximate_total == 2
+    assert [m["State"] for m in sqs.messages(dlq_url)] == ["visible", "visible"]  # read leaves them in place
