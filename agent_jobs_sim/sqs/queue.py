@@ -5,6 +5,7 @@ except through what the caller passes."""
 from __future__ import annotations
 
 import enum
+import json
 import random
 from collections import deque
 from collections.abc import Iterator
@@ -86,6 +87,7 @@ class SimQueue:
     dedup: dict[tuple[str, str], tuple[float, str, str]] = field(default_factory=dict)
     dedup_expiries: deque[tuple[float, tuple[str, str]]] = field(default_factory=deque)  # in the order they expire
     dead_letter_queue: SimQueue | None = None
+    redrive_policy: RedrivePolicy | None = None
     last_sequence_number: int = 0
 
     def __post_init__(self) -> None:
@@ -96,15 +98,15 @@ class SimQueue:
     def setting(self, name: str) -> int:
         return int(self.attributes[name])
 
-    @property
-    def redrive_policy(self) -> RedrivePolicy | None:
-        import json
-
+    def link_dead_letter_queue(self, queues_by_arn: dict[str, SimQueue]) -> None:
+        """Read the RedrivePolicy attribute (checked when set) and find its dead-letter queue."""
         raw = self.attributes.get("RedrivePolicy")
-        if not raw:
-            return None
-        policy = json.loads(raw)
-        return RedrivePolicy(str(policy["deadLetterTargetArn"]), int(policy["maxReceiveCount"]))
+        policy = json.loads(raw) if raw else None
+        if not policy:
+            self.redrive_policy, self.dead_letter_queue = None, None
+            return
+        self.redrive_policy = RedrivePolicy(str(policy["deadLetterTargetArn"]), int(policy["maxReceiveCount"]))
+        self.dead_letter_queue = queues_by_arn[self.redrive_policy.dead_letter_target_arn]
 
     # ---- sending --------------------------------------------------------------------------------------------
 
@@ -188,7 +190,7 @@ class SimQueue:
         groups = self.deliverable_groups(now)
         if len(groups) > 1:
             self.rng.shuffle(groups)
-        policy = self.redrive_policy if self.dead_letter_queue is not None else None
+        policy = self.redrive_policy
         delivered: list[SimMessage] = []
         for group_id in groups:
             for message in list(self.groups.get(group_id, ())):

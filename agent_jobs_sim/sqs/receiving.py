@@ -44,7 +44,10 @@ def _received(message: SimMessage, system_names: Iterable[str], attribute_names:
             received["Attributes"] = selected
     attributes = wire.selected_message_attributes(attribute_names, message.attributes)
     if attributes:
-        received["MD5OfMessageAttributes"] = wire.md5_of_attributes(attributes)
+        every = len(attributes) == len(message.attributes)
+        received["MD5OfMessageAttributes"] = (
+            message.md5_of_attributes if every and message.md5_of_attributes else wire.md5_of_attributes(attributes)
+        )
         received["MessageAttributes"] = attributes
     return received
 

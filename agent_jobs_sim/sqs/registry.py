@@ -86,10 +86,6 @@ class QueueRegistry:
                 operation,
             )
 
-    def _link_dead_letter_queue(self, queue: SimQueue) -> None:
-        policy = queue.redrive_policy
-        queue.dead_letter_queue = self.by_arn[policy.dead_letter_target_arn] if policy else None
-
     def create_queue(self, *, QueueName: str, Attributes: Mapping[str, str] | None = None, **_: Any) -> dict[str, Any]:
         attributes = self._checked_attributes(Attributes or {}, "CreateQueue")
         if not QueueName.endswith(".fifo"):
@@ -111,7 +107,7 @@ class QueueRegistry:
         url = f"https://sqs.{REGION}.amazonaws.com/{ACCOUNT_ID}/{QueueName}"
         arn = f"arn:aws:sqs:{REGION}:{ACCOUNT_ID}:{QueueName}"
         queue = SimQueue(QueueName, url, arn, wanted, self.now(), self.rng)
-        self._link_dead_letter_queue(queue)
+        queue.link_dead_letter_queue(self.by_arn)
         self.queues[url] = self.by_name[QueueName] = self.by_arn[arn] = queue
         return ok(QueueUrl=url)
 
@@ -157,7 +153,7 @@ class QueueRegistry:
     def set_queue_attributes(self, *, QueueUrl: str, Attributes: Mapping[str, str]) -> dict[str, Any]:
         queue = self.queue(QueueUrl, "SetQueueAttributes")
         queue.attributes.update(self._checked_attributes(Attributes, "SetQueueAttributes"))
-        self._link_dead_letter_queue(queue)
+        queue.link_dead_letter_queue(self.by_arn)
         return ok()
 
     def purge_queue(self, *, QueueUrl: str) -> dict[str, Any]:
