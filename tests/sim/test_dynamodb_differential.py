@@ -545,3 +545,44 @@ def test_a_comparison_of_mismatched_types_is_false(pair: Pair) -> None:
     sim, moto = pair.both(scan)
     assert sim == [{"Count": 0, "ScannedCount": 6, "Items": []}]
     assert moto == [{"error": "500"}]
+
+
+def test_projections_and_batch_reads_match_moto(pair: Pair) -> None:
+    def scenario(db: Any, table: str) -> Outcomes:
+        seed(db, table)
+        projection = {
+            "ProjectionExpression": "doc.parts[1], doc.flag, #c, note",
+            "ExpressionAttributeNames": {"#c": "count"},
+        }
+        return [
+            outcome(lambda: db.get_item(TableName=table, Key=key("p", 3), **projection)),
+            outcome(lambda: db.get_item(TableName=table, Key=key("p", 9))),
+            outcome(
+                lambda: db.query(
+                    TableName=table,
+                    KeyConditionExpression="pk = :p",
+                    ExpressionAttributeValues={":p": s("p")},
+                    ScanIndexForward=False,
+                    **projection,
+                )
+            ),
+            outcome(
+                lambda: db.batch_get_item(
+                    RequestItems={
+                        table: {
+                            "Keys": [key("q", 10), key("p", 1), key("nobody", 1)],
+                            "ProjectionExpression": "pk, sk, note",
+                            "ConsistentRead": True,
+                        }
+                    }
+                )
+            ),
+            outcome(lambda: db.batch_get_item(RequestItems={table: {"Keys": [key("p", 1), key("p", 1)]}})),
+        ]
+
+    sim, moto = pair.both(scenario)
+    assert sim == moto
+    assert sim[0]["Item"] == {"doc": {"parts": ["two"], "flag": True}, "count": 10}
+    assert sim[3]["Responses"] == [{"pk": "p", "sk": 1, "note": "one"}, {"pk": "q", "sk": 10, "note": "ten"}]
+    assert sim[3]["UnprocessedKeys"] == {}
+    assert sim[4] == {"error": "ValidationException"}
