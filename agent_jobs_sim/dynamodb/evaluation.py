@@ -249,6 +249,8 @@ def _in_set(kind: str, element: Any, elements: list[Any]) -> bool:
 
 
 def _check_overlap(paths: list[Resolved]) -> None:
+    if all(len(path) == 1 for path in paths) and len({path[0] for path in paths}) == len(paths):
+        return  # distinct top-level attributes: the common case
     for index, first in enumerate(paths):
         for second in paths[index + 1 :]:
             shorter = min(len(first), len(second))

@@ -41,17 +41,28 @@ class KeySchema:
 
     def key_of(self, item: Mapping[str, Value]) -> Key | None:
         """The item's key, or None when a key attribute is missing, of another type or an empty string/binary."""
-        parts = []
-        for name in self.names:
-            value = item.get(name)
-            kind = self.types[name]
-            if value is None or kind not in value or (kind != "N" and not value[kind]):
-                return None
-            parts.append(v.sort_key(value))
-        return (parts[0], parts[1] if len(parts) > 1 else None)
+        hash_value = item.get(self.hash)
+        first = _key_part(hash_value, self.types[self.hash]) if hash_value is not None else None
+        if first is None:
+            return None
+        if self.range is None:
+            return (first, None)
+        range_value = item.get(self.range)
+        second = _key_part(range_value, self.types[self.range]) if range_value is not None else None
+        return None if second is None else (first, second)
 
     def wire_key(self, item: Mapping[str, Value]) -> Item:
         return {name: item[name] for name in self.names}
+
+
+def _key_part(value: Value, kind: str) -> Any:
+    """A key attribute's value in sort order (as `values.sort_key`), None when of another type or empty."""
+    inner = value.get(kind)
+    if inner is None:
+        return None
+    if kind == "N":
+        return v.number(inner)
+    return inner or None
 
 
 @dataclass

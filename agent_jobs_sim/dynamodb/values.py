@@ -108,6 +108,8 @@ def begins_with(value: Value, prefix: Value) -> bool:
 def validate_value(value: Any, where: str) -> str | None:
     """Why `value` is not a valid AttributeValue (None when it is): one type key, no empty set, sets without
     duplicates, numbers that parse."""
+    if type(value) is dict and len(value) == 1 and ("S" in value or "BOOL" in value):
+        return None  # the common case, checked first
     if not isinstance(value, Mapping) or len(value) != 1:
         return f"{where}: an AttributeValue must have exactly one type"
     kind, inner = next(iter(value.items()))
