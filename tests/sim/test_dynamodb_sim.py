@@ -127,6 +127,64 @@ def test_key_condition_of_another_type_than_the_key_is_refused() -> None:
     assert "does not match schema type" in error.value.response["Error"]["Message"]
 
 
+def error_of(call: Any) -> dict[str, Any]:
+    with pytest.raises(ClientError) as error:
+        call()
+    return dict(error.value.response)
+
+
+def test_transaction_limits_and_update_errors() -> None:
+    db = SimDynamoDB(lambda: 0.0)
+    db.create_table(**table_definition("t"))
+    write(db, "a", "text")
+    checks = [
+        {
+            "ConditionCheck": {
+                "TableName": "t",
+                "Key": {"pk": {"S": f"k{i}"}, "sk": {"N": "1"}},
+                "ConditionExpression": "attribute_not_exists(pk)",
+            }
+        }
+        for i in range(101)
+    ]
+    # More than 100 actions: refused as a whole.
+    assert error_of(lambda: db.transact_write_items(TransactItems=checks))["Error"]["Code"] == "ValidationException"
+    assert db.transact_write_items(TransactItems=checks[:100]) == {}
+    # An update that cannot apply to its item (arithmetic on a string) cancels with a ValidationError reason.
+    add_to_text = {
+        "Update": {
+            "TableName": "t",
+            "Key": {"pk": {"S": "a"}, "sk": {"N": "1"}},
+            "UpdateExpression": "SET note = note + :one",
+            "ExpressionAttributeValues": {":one": {"N": "1"}},
+        }
+    }
+    answer = error_of(lambda: db.transact_write_items(TransactItems=[checks[0], add_to_text]))
+    assert [reason["Code"] for reason in answer["CancellationReasons"]] == ["None", "ValidationError"]
+    assert answer["Error"]["Code"] == "TransactionCanceledException"
+
+
+def test_updated_return_values_name_the_attributes_the_update_touched() -> None:
+    db = SimDynamoDB(lambda: 0.0)
+    db.create_table(**table_definition("t"))
+    write(db, "a", "old")
+    request = {
+        "TableName": "t",
+        "Key": {"pk": {"S": "a"}, "sk": {"N": "1"}},
+        "UpdateExpression": "SET note = :new, hits = :one",
+        "ExpressionAttributeValues": {":new": {"S": "new"}, ":one": {"N": "1"}},
+    }
+    assert db.update_item(**request, ReturnValues="UPDATED_OLD") == {"Attributes": {"note": {"S": "old"}}}
+    assert db.update_item(**request, ReturnValues="UPDATED_NEW") == {
+        "Attributes": {"hits": {"N": "1"}, "note": {"S": "new"}}
+    }
+    assert db.update_item(**request) == {}
+    assert (
+        error_of(lambda: db.put_item(TableName="t", Item={"pk": {"S": "b"}}))["Error"]["Code"] == "ValidationException"
+    )
+    assert error_of(lambda: db.get_item(TableName="nope", Key={}))["Error"]["Code"] == "ResourceNotFoundException"
+
+
 @pytest.fixture
 def guard() -> tuple[JobGuard, SimDynamoDB, str]:
     clock = Clock()
