@@ -142,3 +142,46 @@ def add_numbers(left: Value, right: Value, *, subtract: bool = False) -> Value:
 def format_number(value: Decimal) -> str:
     """A Decimal as DynamoDB writes a number back: no exponent, no trailing zeros."""
     return format(value.normalize(_NUMBERS), "f")
+
+
+MAX_ITEM_BYTES = 400 * 1024
+
+
+def item_size(item: Mapping[str, Value]) -> int:
+    """An item's size as DynamoDB counts it against its 400 KB limit: names and values, strings in UTF-8 bytes, a
+    number about one byte per two digits, three bytes for each list or map and one per element."""
+    return sum(len(name.encode()) + _value_size(value) for name, value in item.items())
+
+
+def _value_size(value: Value) -> int:
+    kind, inner = next(iter(value.items()))
+    if kind == "S":
+        return len(inner.encode())
+    if kind == "N":
+        return (len(inner.lstrip("-").replace(".", "")) + 1) // 2 + 1
+    if kind == "B":
+        return len(inner)
+    if kind in ("BOOL", "NULL"):
+        return 1
+    if kind == "M":
+        return 3 + sum(len(name.encode()) + _value_size(member) + 1 for name, member in inner.items())
+    if kind == "L":
+        return 3 + sum(_value_size(element) + 1 for element in inner)
+    element_kind = kind[0]  # SS, NS, BS: the elements' sizes
+    return sum(_value_size({element_kind: element}) for element in inner)
+
+
+def may_exceed_item_size(item: Mapping[str, Value]) -> bool:
+    """A cheap test that rules out most items before `item_size` counts bytes: a character is at most four."""
+    return sum(4 * len(name) + _bound(value) for name, value in item.items()) > MAX_ITEM_BYTES
+
+
+def _bound(value: Value) -> int:
+    inner = next(iter(value.values()))
+    if isinstance(inner, str | bytes):
+        return 4 * len(inner) + 2
+    if isinstance(inner, dict):
+        return 4 + sum(4 * len(name) + _bound(member) + 1 for name, member in inner.items())
+    if isinstance(inner, list):
+        return 4 + sum(_bound(element) if isinstance(element, dict) else 4 * len(element) + 2 for element in inner)
+    return 1

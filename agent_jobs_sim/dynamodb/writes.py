@@ -12,7 +12,7 @@ from agent_jobs_sim.dynamodb.evaluation import UpdateError
 from agent_jobs_sim.dynamodb.expressions import ExpressionError, UpdateAction
 from agent_jobs_sim.dynamodb.requests import RequestError, expressions
 from agent_jobs_sim.dynamodb.table import Key, KeyError_, Table
-from agent_jobs_sim.dynamodb.values import Item, validate_value
+from agent_jobs_sim.dynamodb.values import MAX_ITEM_BYTES, Item, item_size, may_exceed_item_size, validate_value
 
 _RETURN_VALUES = {
     "Put": ("NONE", "ALL_OLD"),
@@ -79,6 +79,7 @@ def plan(kind: str, request: Mapping[str, Any], table: Table) -> Write:
         if condition is not None and not evaluation.condition(condition.root, old or {}, parsed.names, parsed.values):  # type: ignore[arg-type]
             raise ConditionFailed(old, request.get("ReturnValuesOnConditionCheckFailure") == "ALL_OLD")
         if kind == "Put":
+            _check_size(request["Item"])
             return Write(table, key, old, dict(request["Item"]), touched=set(request["Item"]))
         if kind == "Delete":
             return Write(table, key, old, None)
@@ -116,6 +117,13 @@ def _check_updated(table: Table, item: Item) -> None:
         table.check_item(item)
     except KeyError_ as error:
         raise UpdateError(str(error)) from None
+    _check_size(item, "Item size to update has exceeded the maximum allowed size")
+
+
+def _check_size(item: Item, message: str = "Item size has exceeded the maximum allowed size") -> None:
+    """Over 400 KB: a ValidationException, or in a transaction a ValidationError cancellation reason."""
+    if may_exceed_item_size(item) and item_size(item) > MAX_ITEM_BYTES:
+        raise UpdateError(message)
 
 
 def store(write: Write, now: float) -> None:

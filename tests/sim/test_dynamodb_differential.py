@@ -586,3 +586,38 @@ def test_projections_and_batch_reads_match_moto(pair: Pair) -> None:
     assert sim[3]["Responses"] == [{"pk": "p", "sk": 1, "note": "one"}, {"pk": "q", "sk": 10, "note": "ten"}]
     assert sim[3]["UnprocessedKeys"] == {}
     assert sim[4] == {"error": "ValidationException"}
+
+
+def test_an_item_over_400_kb_is_refused(pair: Pair) -> None:
+    big = s("x" * (400 * 1024))
+
+    def scenario(db: Any, table: str) -> Outcomes:
+        seed(db, table)
+        update = {
+            "TableName": table,
+            "Key": key("p", 1),
+            "UpdateExpression": "SET body = :big",
+            "ExpressionAttributeValues": {":big": big},
+        }
+        return [
+            outcome(lambda: db.put_item(TableName=table, Item={**key("p", 9), "body": big})),
+            outcome(lambda: db.update_item(**update)),
+            outcome(lambda: db.transact_write_items(TransactItems=[{"Update": update}])),
+            # Under the limit (moto counts it as 400,000 bytes, DynamoDB as 400 KB): written.
+            outcome(lambda: db.put_item(TableName=table, Item={**key("p", 9), "b": s("x" * 399_000)})),
+        ]
+
+    sim, moto = pair.both(scenario)
+    assert [sim[0], sim[1], sim[3]] == [moto[0], moto[1], moto[3]]
+    assert [answer.get("error") for answer in (sim[0], sim[1], sim[3])] == ["ValidationException"] * 2 + [None]
+    # DynamoDB's TransactionCanceledException reference: it cancels a transaction when "an item size becomes too large
+    # (larger than 400 KB) ... because of changes made by the transaction", with a ValidationError reason (what the
+    # API's 413 answer reads). moto refuses the whole request with a ValidationException instead.
+    assert sim[2] == {"error": "TransactionCanceledException", "reasons": [{"Code": "ValidationError"}]}
+    assert moto[2] == {"error": "ValidationException"}
+    message = error_message(
+        lambda: pair.sim.transact_write_items(
+            TransactItems=[{"Put": {"TableName": pair.sim_table, "Item": {**key("p", 8), "body": big}}}]
+        )
+    )
+    assert message.startswith("Transaction cancelled")
