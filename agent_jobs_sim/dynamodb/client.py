@@ -55,7 +55,9 @@ class SimDynamoDB:
 
     # What a scheduler and invariant checks read.
     def next_index_update(self) -> float | None:
-        """The earliest time a pending write reaches an index (None: every index has caught up)."""
+        """The earliest time a pending write reaches an index, always later than `now()` (None: every index has caught
+        up)."""
+        self._catch_up()
         times = [t for table in self._tables.values() if (t := table.next_update()) is not None]
         return min(times) if times else None
 
