@@ -25,16 +25,26 @@ class SimDynamoDB:
     exception classes, for the subset of DynamoDB the product uses (see the package's docstring).
 
     `now` is the virtual clock (seconds). `index_lag(table, index)` is asked once per write and per index it
-    touches: the seconds until that write reaches the index. Deterministic: no wall clock, randomness or threads.
+    touches: the seconds until that write reaches the index. `check_parameters` checks each request against
+    botocore's model as a real client does (an unknown or mistyped parameter raises ParamValidationError); it about
+    doubles a call's cost. Deterministic: no wall clock, randomness or threads.
     """
 
-    def __init__(self, now: Callable[[], float], *, index_lag: Callable[[str, str], float] = _no_lag) -> None:
+    def __init__(
+        self,
+        now: Callable[[], float],
+        *,
+        index_lag: Callable[[str, str], float] = _no_lag,
+        check_parameters: bool = True,
+    ) -> None:
         self._now = now
         self._index_lag = index_lag
+        self._check_parameters = check_parameters
         self._tables: dict[str, Table] = {}
 
     # Tables.
     def create_table(self, **request: Any) -> dict[str, Any]:
+        self._check("create_table", request)
         name = str(request.get("TableName", ""))
         if name in self._tables:
             raise errors.in_use(name)
@@ -46,6 +56,7 @@ class SimDynamoDB:
         return {"TableDescription": table.describe()}
 
     def describe_table(self, *, TableName: str) -> dict[str, Any]:
+        self._check("describe_table", {"TableName": TableName})
         return {"Table": self._table(TableName, "DescribeTable").describe()}
 
     def delete_table(self, *, TableName: str) -> dict[str, Any]:
@@ -68,34 +79,42 @@ class SimDynamoDB:
 
     # Reads.
     def get_item(self, **request: Any) -> dict[str, Any]:
+        self._check("get_item", request)
         return self._call("GetItem", lambda: reads.get_item(request, self._table(request.get("TableName"), "GetItem")))
 
     def query(self, **request: Any) -> dict[str, Any]:
+        self._check("query", request)
         return self._call("Query", lambda: reads.query(request, self._table(request.get("TableName"), "Query")))
 
     def scan(self, **request: Any) -> dict[str, Any]:
+        self._check("scan", request)
         return self._call(
             "Scan", lambda: reads.query(request, self._table(request.get("TableName"), "Scan"), scan=True)
         )
 
     def batch_get_item(self, **request: Any) -> dict[str, Any]:
+        self._check("batch_get_item", request)
         for name in request.get("RequestItems") or {}:
             self._table(name, "BatchGetItem")
         return self._call("BatchGetItem", lambda: reads.batch_get_item(request, self._tables))
 
     # Writes.
     def put_item(self, **request: Any) -> dict[str, Any]:
+        self._check("put_item", request)
         return self._write("Put", "PutItem", request)
 
     def update_item(self, **request: Any) -> dict[str, Any]:
+        self._check("update_item", request)
         return self._write("Update", "UpdateItem", request)
 
     def delete_item(self, **request: Any) -> dict[str, Any]:
+        self._check("delete_item", request)
         return self._write("Delete", "DeleteItem", request)
 
     def transact_write_items(self, **request: Any) -> dict[str, Any]:
         """All or nothing: every action is checked, then every condition evaluated against the items as they are;
         one false condition (or update that cannot apply) cancels all, with one reason per action, in order."""
+        self._check("transact_write_items", request)
         actions: list[Mapping[str, Any]] = request.get("TransactItems") or []
         if not actions or len(actions) > MAX_TRANSACTION_ACTIONS:
             raise errors.validation(
@@ -147,6 +166,10 @@ class SimDynamoDB:
             return None, {"Code": "ValidationError", "Message": str(error)}
 
     # Internals.
+    def _check(self, method: str, request: Mapping[str, Any]) -> None:
+        if self._check_parameters:
+            errors.check_parameters(method, request)
+
     def _table(self, name: Any, operation: str) -> Table:
         table = self._tables.get(str(name))
         if table is None:

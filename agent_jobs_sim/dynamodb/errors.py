@@ -6,19 +6,40 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import boto3
-from botocore.exceptions import ClientError
+from botocore.exceptions import ClientError, ParamValidationError
+from botocore.validate import ParamValidator
 
 if TYPE_CHECKING:
     from botocore.client import BaseClient
 
 _client: list[BaseClient] = []
+_validator = ParamValidator()
+_input_shapes: dict[str, Any] = {}
+
+
+def _real_client() -> BaseClient:
+    """A real client, built once per process on first use, for its exception classes and its service model (no call
+    is ever sent)."""
+    if not _client:
+        _client.append(boto3.client("dynamodb", region_name="us-east-1"))
+    return _client[0]
 
 
 def _exceptions() -> Any:
-    """The exception classes of a real client, built once per process on first use (no call is ever sent)."""
-    if not _client:
-        _client.append(boto3.client("dynamodb", region_name="us-east-1"))
-    return _client[0].exceptions
+    return _real_client().exceptions
+
+
+def check_parameters(method: str, request: Mapping[str, Any]) -> None:
+    """Raise the ParamValidationError a real client raises before sending `request` to `method` (an unknown
+    parameter, a missing one, a value of the wrong type)."""
+    shape: Any = _input_shapes.get(method)
+    if shape is None:
+        meta = _real_client().meta
+        shape = meta.service_model.operation_model(meta.method_to_api_mapping[method]).input_shape
+        _input_shapes[method] = shape
+    report = _validator.validate(request, shape)
+    if report.has_errors():
+        raise ParamValidationError(report=report.generate_report())
 
 
 def _response(

@@ -9,7 +9,7 @@ from functools import partial
 from typing import Any
 
 import pytest
-from botocore.exceptions import ClientError
+from botocore.exceptions import ClientError, ParamValidationError
 
 from tests.sim.conftest import Pair, error_message, outcome
 
@@ -621,3 +621,60 @@ def test_an_item_over_400_kb_is_refused(pair: Pair) -> None:
         )
     )
     assert message.startswith("Transaction cancelled")
+
+
+def test_malformed_expressions_are_refused_like_moto(pair: Pair) -> None:
+    updates: list[dict[str, Any]] = [
+        {"UpdateExpression": "SET note =", "ExpressionAttributeValues": {":v": s("a")}},
+        {"UpdateExpression": "REMOVE"},
+        {"UpdateExpression": "SET note = :v", "ExpressionAttributeValues": {}},
+        {"UpdateExpression": "SET note = :v ADD note :one", "ExpressionAttributeValues": {":v": s("a"), ":one": n(1)}},
+    ]
+
+    def scenario(db: Any, table: str) -> Outcomes:
+        seed(db, table)
+        results = [outcome(partial(db.update_item, TableName=table, Key=key("p", 2), **update)) for update in updates]
+        results.append(outcome(lambda: db.get_item(TableName=table, Key={"pk": s("p")})))
+        return results
+
+    sim, moto = pair.both(scenario)
+    assert sim == moto
+    assert all(answer == {"error": "ValidationException"} for answer in sim)
+    # A condition cut short, a function that needs a path given a value, and BETWEEN with its bounds the wrong way
+    # round: DynamoDB refuses them as invalid expressions (moto's server fails with an internal error on the first
+    # two, and evaluates the third as false).
+    for condition, refusal in (
+        ("note = :v AND", "Invalid ConditionExpression: Syntax error"),
+        ("attribute_exists(:v)", "Invalid ConditionExpression: Operator or function requires a document path"),
+        (":v BETWEEN :hi AND :lo", "Invalid ConditionExpression: The BETWEEN operator requires upper bound"),
+    ):
+        message = error_message(
+            partial(
+                pair.sim.update_item,
+                TableName=pair.sim_table,
+                Key=key("p", 2),
+                UpdateExpression="SET note = :v",
+                ConditionExpression=condition,
+                ExpressionAttributeValues={
+                    ":v": s("a"),
+                    **({":hi": n(9), ":lo": n(1)} if "BETWEEN" in condition else {}),
+                },
+            )
+        )
+        assert message.startswith(refusal)
+
+
+def test_parameters_are_checked_as_a_real_client_checks_them(pair: Pair) -> None:
+    # Given requests botocore refuses before sending: an unknown parameter, a missing one, a number for a string
+    requests: list[dict[str, Any]] = [
+        {"Key": key("p", 2), "ExpressionAttributeValues": {":v": s("a")}},
+        {},
+        {"Key": key("p", 2), "ConsistentRead": "yes"},
+    ]
+    for request in requests:
+        with pytest.raises(ParamValidationError) as mine:
+            pair.sim.get_item(TableName=pair.sim_table, **request)
+        with pytest.raises(ParamValidationError) as theirs:
+            pair.moto.get_item(TableName=pair.moto_table, **request)
+        # Then the simulation raises the same error with the same report
+        assert str(mine.value) == str(theirs.value)
