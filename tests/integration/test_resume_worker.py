@@ -464,3 +464,35 @@ def test_dlq_redrive_of_a_stale_drain_marker_deletes_it_without_halting(stack, w
     assert stack.item(f"msg#{redriven.message_id}") is None
     assert stack.workspace("ws-a")["state"] == WorkspaceState.ACTIVE
     assert stack.queue_depth(stack.dlq_url) == 0
+
+
+def test_drain_stops_before_a_parked_job_whose_predecessor_left_the_queue_unsettled(
+    stack, workspaces, hooks, lambda_context
+):
+    # Given ws-a halted by d1, then m1 and p1 accepted behind it; m1's message leaves the queue unseen (dead-lettered
+    # while the workspace was halted) and p1 is parked
+    worker = worker_for(stack, workspaces)
+    fail_with(hooks, "d1", PermanentJobError("patch does not apply"))
+    enqueue(stack, make_job("d1", "ws-a"))
+    run_until_empty(stack, worker, lambda_context)
+    enqueue(stack, make_job("m1", "ws-a"), make_job("p1", "ws-a"))
+    event = stack.receive(10)
+    gone = [r for r in event["Records"] if json.loads(r["body"])["jobId"] == "m1"]
+    assert len(gone) == 1
+    stack.services.sqs.delete_message(QueueUrl=stack.queue_url, ReceiptHandle=gone[0]["receiptHandle"])
+    event = {"Records": [r for r in event["Records"] if r not in gone]}
+    stack.settle(event, worker.handle(event, lambda_context()))
+    assert stack.job("p1")["status"] == JobStatus.PARKED
+    assert stack.job("m1")["status"] == JobStatus.QUEUED
+
+    # When the operator skips d1 and the drain runs
+    assert resume(stack, "d1", SKIP).outcome == "RESUMING"
+    run_until_empty(stack, worker, lambda_context)
+
+    # Then p1 never runs ahead of m1: the drain halts the workspace by m1 and p1 stays parked in its place
+    assert workspaces.commits("ws-a") == []
+    assert stack.job("p1")["status"] == JobStatus.PARKED
+    workspace = stack.workspace("ws-a")
+    assert workspace["state"] == WorkspaceState.HALTED
+    assert workspace["haltingJobId"] == "m1"
+    assert "dlq redrive" in workspace["haltReason"]

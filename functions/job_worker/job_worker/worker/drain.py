@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
+from agent_jobs.core import decisions
 from agent_jobs.guard import ClaimOutcome, Item
 from agent_jobs.keys import parked_sequence, workspace_group_id
 from agent_jobs.models import DrainMarker, JobStatus, WorkspaceState
@@ -84,7 +85,9 @@ class Draining(JobRunning):
             for job in parked[: budget - drained]:
                 if self._time_is_short(context):
                     break
-                if not self._drain_job(record, marker, job, context, reclaim=False):
+                if self._halted_behind_missing_jobs(marker, job) or not self._drain_job(
+                    record, marker, job, context, reclaim=False
+                ):
                     return
                 drained += 1
         self._send_next_marker(marker)
@@ -152,6 +155,35 @@ class Draining(JobRunning):
             self._count("JobsDrained")
             return True
 
+    def _halted_behind_missing_jobs(self, marker: DrainMarker, job: Item) -> bool:
+        """True if jobs the workspace accepted ahead of this parked one left the queue unsettled (dead-lettered while
+        the workspace was halted, for example): the drain stops before it, and the workspace is halted by the
+        earliest of them (the resume under way ends), so the operator redrives and decides them first. The parked
+        jobs stay PARKED in their place."""
+        guard = self.services.guard
+        job_id, tenant_id = str(job.get("jobId")), str(job.get("tenantId", ""))
+        missing = guard.missing_predecessors(
+            marker.workspace_id,
+            tenant_id=tenant_id,
+            job_id=job_id,
+            sequence_number=_sequence_of(job),
+        )
+        if not missing:
+            return False
+        missing_ids = [str(item.get("jobId")) for item in missing]
+        guard.halt_workspace(
+            marker.workspace_id,
+            tenant_id=tenant_id,
+            job_id=missing_ids[0],
+            reason=decisions.missing_reason(marker.workspace_id, job_id, missing_ids),
+        )
+        self.logger.error(
+            "jobs accepted ahead of a parked job never took effect: drain stopped, workspace halted",
+            extra={"jobId": job_id, "missingJobIds": missing_ids},
+        )
+        self._count_halt()
+        return True
+
     def _send_next_marker(self, marker: DrainMarker) -> None:
         next_marker = marker.model_copy(update={"round": marker.round + 1})
         send_drain_marker(self.services.sqs, self.services.settings.queue_url, next_marker)
@@ -159,3 +191,12 @@ class Draining(JobRunning):
 
     def _time_is_short(self, context: LambdaContext) -> bool:
         return context.get_remaining_time_in_millis() < self.services.settings.time_safety_margin_ms
+
+
+def _sequence_of(job: Item) -> str | None:
+    """A parked job's SequenceNumber: recorded on the job, or read back from its parked-index key."""
+    sequence = job.get("sequenceNumber")
+    if sequence:
+        return str(sequence)
+    parked_seq = str(job.get("parkedSeq") or "")
+    return parked_seq.lstrip("0") or None if parked_seq.isdigit() else None
