@@ -72,6 +72,12 @@ class SimDynamoDB:
         times = [t for table in self._tables.values() if (t := table.next_update()) is not None]
         return min(times) if times else None
 
+    def peek(self, table_name: str, key: Mapping[str, Any]) -> Item | None:
+        """One item as stored now (wire format, not a copy: do not change it), without a request's checks: for
+        invariant checks on every write, where a GetItem's validation would cost more than the write."""
+        table = self._tables[table_name]
+        return table.items.get(table.key(key))
+
     def items(self, table_name: str) -> list[Item]:
         """The table's current items (wire format) in key order."""
         table = self._tables[table_name]

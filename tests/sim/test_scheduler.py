@@ -3,6 +3,7 @@ yield point, and refuse the calls their cleanup tries; group threads are actors 
 
 from __future__ import annotations
 
+import functools
 import random
 
 import pytest
@@ -21,7 +22,7 @@ def _interleaving(seed: int) -> list[str]:
             scheduler.pause()
 
     for name in "abc":
-        scheduler.spawn(name, lambda name=name: actor(name), Process(name))
+        scheduler.spawn(name, functools.partial(actor, name), Process(name))
     assert scheduler.run(finished=lambda: True, until=10.0, max_steps=1_000)
     return steps
 

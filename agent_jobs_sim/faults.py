@@ -1,0 +1,200 @@
+"""Faults: what each seed's plan injects, where, and the count of each kind.
+
+Every simulated AWS call and git remote call goes through `FaultyClient` (or `RemoteCallFaults`): it is a yield
+point (the scheduler may run others or kill the caller's process there), and the plan may throttle it, fail it with a
+5xx before it takes effect, or let it take effect and lose its answer (botocore's read timeout after its retries).
+The scheduler asks `FaultPlan.choose_kill` before each step: a crash between any two calls. Stalls move the clock (a
+long GC pause, a slow network) so leases and visibility timeouts expire under a running job.
+"""
+
+from __future__ import annotations
+
+import collections
+import random
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from botocore.exceptions import ClientError, ReadTimeoutError
+
+from agent_jobs_sim.remote import RemoteFaults, RemoteUnavailableError
+from agent_jobs_sim.scheduler import Actor, Scheduler
+
+THROTTLE_CODES = {"dynamodb": "ProvisionedThroughputExceededException", "sqs": "RequestThrottled"}
+SERVER_ERROR_CODES = {"dynamodb": "InternalServerError", "sqs": "InternalError"}
+
+
+@dataclass
+class FaultPlan:
+    """Per-step and per-call probabilities of each fault, drawn from the seed: calm seeds and stormy ones. No fault is
+    injected once the clock passes `quiet_after` (the liveness phase)."""
+
+    crash: float = 0.0
+    throttle: float = 0.0
+    server_error: float = 0.0
+    lost_answer: float = 0.0
+    stall: float = 0.0
+    stall_seconds: float = 0.0
+    early_visibility: float = 0.0
+    lost_delete: float = 0.0
+    duplicate_send: float = 0.0
+    poison: float = 0.0
+    bad_patch: float = 0.0
+    killer: float = 0.0
+    # A window of virtual time in which most DynamoDB calls fail (a regional incident), and how many fail.
+    outage_start: float = 0.0
+    outage_end: float = 0.0
+    outage_rate: float = 0.0
+    index_lag_seconds: float = 0.0
+    quiet_after: float = float("inf")
+
+    @classmethod
+    def draw(cls, rng: random.Random, *, start: float, quiet_after: float) -> FaultPlan:
+        def some(limit: float) -> float:
+            return rng.choice((0.0, limit / 4, limit / 2, limit))
+
+        outage_start = start + rng.uniform(0.0, 600.0)
+        outage = rng.random() < 0.25
+        outage_end = outage_start + rng.uniform(300.0, 1500.0) if outage else outage_start
+        return cls(
+            crash=some(0.02),
+            throttle=some(0.03),
+            server_error=some(0.03),
+            lost_answer=some(0.03),
+            stall=some(0.01),
+            stall_seconds=rng.choice((30.0, 150.0, 900.0)),
+            early_visibility=some(0.01),
+            lost_delete=some(0.1),
+            duplicate_send=some(0.1),
+            poison=some(0.05),
+            bad_patch=some(0.05),
+            killer=some(0.04),
+            outage_start=outage_start,
+            outage_end=outage_end,
+            outage_rate=rng.choice((0.7, 0.9, 1.0)) if outage else 0.0,
+            index_lag_seconds=rng.choice((0.0, 0.5, 5.0, 60.0)),
+            quiet_after=max(quiet_after, outage_end),
+        )
+
+    @classmethod
+    def calm(cls) -> FaultPlan:
+        return cls()
+
+
+class FaultLog:
+    """The faults injected, by kind, and the decisions taken from the seed."""
+
+    def __init__(self, plan: FaultPlan, rng: random.Random, scheduler: Scheduler) -> None:
+        self.plan = plan
+        self.rng = rng
+        self.scheduler = scheduler
+        self.counts: collections.Counter[str] = collections.Counter()
+        # Processes the plan may kill (environments and agents; never the platform's own pollers).
+        self.mortal: Callable[[Actor], bool] = lambda actor: False
+
+    @property
+    def active(self) -> bool:
+        return self.scheduler.now < self.plan.quiet_after
+
+    def happens(self, kind: str, probability: float) -> bool:
+        if probability <= 0.0 or not self.active or self.rng.random() >= probability:
+            return False
+        self.counts[kind] += 1
+        return True
+
+    def outage(self, service: str) -> bool:
+        plan = self.plan
+        if service != "dynamodb" or not plan.outage_start <= self.scheduler.now < plan.outage_end:
+            return False
+        return self.happens("outage", plan.outage_rate)
+
+    def choose_kill(self, actor: Actor) -> str | None:
+        if self.mortal(actor) and self.happens("crash", self.plan.crash):
+            return "crash"
+        if self.happens("stall", self.plan.stall):
+            self.scheduler.now += self.rng.uniform(0.5, 1.0) * self.plan.stall_seconds
+        return None
+
+    def index_lag(self, table: str, index: str) -> float:
+        if self.plan.index_lag_seconds <= 0.0 or not self.active:
+            return 0.0
+        lag = self.rng.uniform(0.0, self.plan.index_lag_seconds)
+        if lag > self.plan.index_lag_seconds / 2:
+            self.counts["index_lag"] += 1
+        return lag
+
+
+def _operation(name: str) -> str:
+    return "".join(part.capitalize() for part in name.split("_"))
+
+
+def _client_error(code: str, operation: str, status: int) -> ClientError:
+    response: Any = {
+        "Error": {"Code": code, "Message": f"simulated {code}"},
+        "ResponseMetadata": {"HTTPStatusCode": status, "RequestId": "sim"},
+    }
+    return ClientError(response, operation)
+
+
+_READS = re.compile(r"^(get_|batch_get_|query$|scan$|describe_|receive_message$|list_)")
+
+
+class FaultyClient:
+    """A simulated AWS client as the product sees it: each call is a yield point and may fail as the plan says."""
+
+    def __init__(
+        self,
+        target: Any,
+        service: str,
+        faults: FaultLog,
+        *,
+        calls: collections.Counter[str],
+        after: Callable[[str], None] = lambda name: None,
+    ) -> None:
+        self._after = after
+        self._target = target
+        self._service = service
+        self._faults = faults
+        self._calls = calls
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._target, name)
+        if name.startswith("_") or not callable(method) or name in ("get_waiter", "get_paginator"):
+            return method
+        service, faults, calls, after = self._service, self._faults, self._calls, self._after
+        operation = _operation(name)
+        read = bool(_READS.match(name))
+        plan = faults.plan
+
+        def call(**kwargs: Any) -> Any:
+            faults.scheduler.pause()
+            calls[f"{service}.{name}"] += 1
+            if faults.happens("throttle", plan.throttle) or faults.outage(service):
+                raise _client_error(THROTTLE_CODES[service], operation, 400)
+            if faults.happens("server_error", plan.server_error):
+                raise _client_error(SERVER_ERROR_CODES[service], operation, 500)
+            answer = method(**kwargs)
+            after(name)
+            if not read and faults.happens("lost_answer", plan.lost_answer):
+                raise ReadTimeoutError(endpoint_url=f"https://{service}.sim")
+            return answer
+
+        self.__dict__[name] = call  # built once per method: the next lookups never reach __getattr__
+        return call
+
+
+class RemoteCallFaults(RemoteFaults):
+    """The git remote's calls: yield points that may fail before or after taking effect."""
+
+    def __init__(self, faults: FaultLog) -> None:
+        self._faults = faults
+
+    def before(self, name: str) -> None:
+        self._faults.scheduler.pause()
+        if self._faults.happens("remote_error", self._faults.plan.server_error):
+            raise RemoteUnavailableError(f"simulated: the remote failed {name}")
+
+    def after(self, name: str) -> None:
+        if name == "commit" and self._faults.happens("remote_lost_answer", self._faults.plan.lost_answer):
+            raise RemoteUnavailableError("simulated: the push took effect, its answer was lost")

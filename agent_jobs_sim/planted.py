@@ -1,0 +1,191 @@
+"""Planted bugs: each puts back, for one run, a mistake of the naive pattern that the product exists to avoid, so the
+simulation can show that it finds it (a failing seed) and that the replay of that seed shows the same violation.
+
+A plant either swaps one product function for its naive version for the run, or rewrites the product's requests
+where they leave for DynamoDB (`RequestRewrite`), which keeps the rest of the product's code as it is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType
+
+from agent_jobs.store.drain import DrainStore
+from job_worker.worker import batch as worker_batch
+from job_worker.worker.last_delivery import LastDeliveryParking
+from job_worker.worker.running import JobRunning
+
+# A request the plant may rewrite: (operation, kwargs) → kwargs, or None to leave it.
+RequestRewrite = Callable[[str, dict[str, Any]], dict[str, Any] | None]
+
+_CLAIM_SIGNATURE = "attempt = if_not_exists(attempt, :zero) + :one, leaseOwner = :owner"
+_COMPLETE_SIGNATURE = "SET #status = :succeeded"
+
+
+@dataclass(frozen=True)
+class Plant:
+    description: str
+    # Swaps product code for the run (entered around the whole run).
+    patch: Callable[[], contextlib.AbstractContextManager[None]] = contextlib.nullcontext
+    # Rewrites the product's DynamoDB requests for the run.
+    rewrite: RequestRewrite | None = None
+
+
+def _placeholders(request: dict[str, Any]) -> tuple[set[str], set[str]]:
+    text = " ".join(
+        str(request.get(key, ""))
+        for key in ("UpdateExpression", "ConditionExpression", "KeyConditionExpression", "FilterExpression")
+    )
+    return set(re.findall(r":\w+", text)), set(re.findall(r"#\w+", text))
+
+
+def _pruned(request: dict[str, Any]) -> dict[str, Any]:
+    """Drop the values and names no expression uses any more (DynamoDB refuses unused ones)."""
+    values, names = _placeholders(request)
+    request = dict(request)
+    if "ExpressionAttributeValues" in request:
+        request["ExpressionAttributeValues"] = {
+            k: v for k, v in request["ExpressionAttributeValues"].items() if k in values
+        }
+        if not request["ExpressionAttributeValues"]:
+            del request["ExpressionAttributeValues"]
+    if "ExpressionAttributeNames" in request:
+        request["ExpressionAttributeNames"] = {
+            k: v for k, v in request["ExpressionAttributeNames"].items() if k in names
+        }
+        if not request["ExpressionAttributeNames"]:
+            del request["ExpressionAttributeNames"]
+    return request
+
+
+def _claim_update(operation: str, request: dict[str, Any]) -> dict[str, Any] | None:
+    if operation != "transact_write_items":
+        return None
+    first = request["TransactItems"][0].get("Update")
+    if first is None or _CLAIM_SIGNATURE not in first["UpdateExpression"]:
+        return None
+    return dict(first)
+
+
+def _naive_claim_condition(operation: str, request: dict[str, Any]) -> dict[str, Any] | None:
+    """(a) The claim succeeds unless the job already SUCCEEDED: a live lease, a DEAD or PARKED job are claimed."""
+    update = _claim_update(operation, request)
+    if update is None:
+        return None
+    update["ConditionExpression"] = "attribute_not_exists(pk) OR #status <> :succeeded"
+    update["ExpressionAttributeValues"] = {**update["ExpressionAttributeValues"], ":succeeded": {"S": "SUCCEEDED"}}
+    return {**request, "TransactItems": [{"Update": _pruned(update)}, *request["TransactItems"][1:]]}
+
+
+def _unfenced_complete(operation: str, request: dict[str, Any]) -> dict[str, Any] | None:
+    """(c) SUCCEEDED is written whoever holds the lease now."""
+    if operation != "update_item" or not str(request.get("UpdateExpression", "")).startswith(_COMPLETE_SIGNATURE):
+        return None
+    request = {
+        k: v for k, v in request.items() if k not in ("ConditionExpression", "ReturnValuesOnConditionCheckFailure")
+    }
+    return _pruned(request)
+
+
+@contextlib.contextmanager
+def swapped(owner: Any, name: str, replacement: Any) -> Iterator[None]:
+    """`owner.name` is `replacement` for the run, and what it was again after."""
+    original = getattr(owner, name)
+    setattr(owner, name, replacement)
+    try:
+        yield
+    finally:
+        setattr(owner, name, original)
+
+
+def _get_then_put() -> contextlib.AbstractContextManager[None]:
+    """(b) The claim reads the job and then writes its lease unconditionally: two workers that read before either
+    wrote both hold it."""
+    from agent_jobs.store.leases import LeaseStore
+
+    claim = LeaseStore.claim
+
+    def naive(self: Any, message: Any, **kwargs: Any) -> Any:
+        from agent_jobs.core.outcomes import ClaimOutcome
+        from agent_jobs.store.base import message_tenant
+        from agent_jobs.store.results import ClaimResult
+
+        job = self.get_job(message_tenant(message), message.job_id) or {}
+        if job.get("status") in ("SUCCEEDED", "SKIPPED"):
+            return ClaimResult(ClaimOutcome.DUPLICATE, previous=job)
+        return claim(self, message, **kwargs)  # its write made unconditional by `_unconditional_claim`
+
+    return swapped(LeaseStore, "claim", naive)
+
+
+def _unconditional_claim(operation: str, request: dict[str, Any]) -> dict[str, Any] | None:
+    update = _claim_update(operation, request)
+    if update is None:
+        return None
+    update.pop("ConditionExpression", None)
+    update.pop("ReturnValuesOnConditionCheckFailure", None)
+    return {"TransactItems": [{"Update": _pruned(update)}]}
+
+
+def _lost_claims_as_failures() -> contextlib.AbstractContextManager[None]:
+    """(e) A claim whose worker never came back counts against the job's attempts, whoever killed the invocation:
+    every lease is taken over as if its job had run alone, and claims are capped at the attempts."""
+    from agent_jobs.store.leases import LeaseStore
+
+    claim = LeaseStore.claim
+
+    def counting(self: Any, message: Any, **kwargs: Any) -> Any:
+        self._max_claims = self._max_attempts
+        return claim(self, message, **{**kwargs, "alone": True})
+
+    return swapped(LeaseStore, "claim", counting)
+
+
+def _whole_batch_processor() -> contextlib.AbstractContextManager[None]:
+    """(d) Every record of a batch is processed, whatever failed before it in its group."""
+    return swapped(worker_batch, "SqsFifoPartialProcessor", lambda **_: BatchProcessor(event_type=EventType.SQS))
+
+
+def _no_last_delivery_parking() -> contextlib.AbstractContextManager[None]:
+    """(f) A record near its delivery limit is left to the queue's redrive: dead-lettered, nothing halted."""
+    return swapped(LastDeliveryParking, "_park_last_deliveries", lambda self, records, failures: set())
+
+
+def _trusting_drain() -> contextlib.AbstractContextManager[None]:
+    """(g) The drain takes the parked index as it is, however far it lags behind the parked count."""
+    original = DrainStore.list_parked
+
+    def trusting(self: Any, workspace_id: str, *, after_seq: str | None, expected: int) -> Any:
+        return original(self, workspace_id, after_seq=after_seq, expected=0) or []
+
+    return swapped(DrainStore, "list_parked", trusting)
+
+
+def _no_predecessor_check() -> contextlib.AbstractContextManager[None]:
+    """(h) A claimed job runs without looking for jobs accepted ahead of it that left the queue unsettled."""
+    return swapped(JobRunning, "_parked_behind_missing_jobs", lambda self, record, message, lease: False)
+
+
+PLANTS: dict[str, Plant] = {
+    "naive-claim": Plant(
+        "(a) claim condition `attribute_not_exists(pk) OR status <> SUCCEEDED`", rewrite=_naive_claim_condition
+    ),
+    "get-then-put": Plant(
+        "(b) claim by GetItem, then an unconditional write", patch=_get_then_put, rewrite=_unconditional_claim
+    ),
+    "unfenced-complete": Plant("(c) complete without checking the lease", rewrite=_unfenced_complete),
+    "lost-claims-as-failures": Plant("(e) lost claims counted as failures", patch=_lost_claims_as_failures),
+    "past-failure": Plant("(d) a group processed past its first failure", patch=_whole_batch_processor),
+    "no-last-delivery-park": Plant(
+        "(f) dead-lettering without parking near the last delivery", patch=_no_last_delivery_parking
+    ),
+    "trusting-drain": Plant("(g) a drain that trusts a lagging index", patch=_trusting_drain),
+    "no-predecessor-check": Plant(
+        "(h) a job runs although an accepted predecessor was dead-lettered unseen", patch=_no_predecessor_check
+    ),
+}

@@ -1,0 +1,61 @@
+"""The simulated table as the product's calls reach it: a planted bug's rewrite of the request, the call, and the
+oracle's check of every job record the call changed."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+WRITES = frozenset({"put_item", "update_item", "delete_item", "transact_write_items"})
+
+
+def _keys(operation: str, request: dict[str, Any]) -> list[str]:
+    if operation == "put_item":
+        return [request["Item"]["pk"]["S"]]
+    if operation in ("update_item", "delete_item"):
+        return [request["Key"]["pk"]["S"]]
+    keys: list[str] = []
+    for action in request.get("TransactItems", []):
+        for body in action.values():
+            key = body.get("Key") or body.get("Item") or {}
+            if "pk" in key:
+                keys.append(key["pk"]["S"])
+    return keys
+
+
+class WatchedTable:
+    def __init__(
+        self,
+        table: Any,
+        table_name: str,
+        *,
+        on_job_write: Callable[[str, tuple[str | None, int] | None, tuple[str | None, int] | None], None],
+        rewrite: Callable[[str, dict[str, Any]], dict[str, Any] | None] | None = None,
+    ) -> None:
+        self._table = table
+        self._name = table_name
+        self._on_job_write = on_job_write
+        self._rewrite = rewrite
+
+    def _read(self, pk: str) -> tuple[str | None, int] | None:
+        """The record's status and the length of its history (wire format: nothing converted)."""
+        item = self._table.peek(self._name, {"pk": {"S": pk}})
+        if item is None:
+            return None
+        return (item["status"]["S"] if "status" in item else None), len(item.get("history", {}).get("L", ()))
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._table, name)
+        if name not in WRITES:
+            return method
+
+        def call(**kwargs: Any) -> Any:
+            if self._rewrite is not None:
+                kwargs = self._rewrite(name, kwargs) or kwargs
+            before = {pk: self._read(pk) for pk in _keys(name, kwargs) if pk.startswith("job#")}
+            answer = method(**kwargs)
+            for pk, old in before.items():
+                self._on_job_write(pk, old, self._read(pk))
+            return answer
+
+        return call

@@ -1,0 +1,347 @@
+"""One seed's world: simulated SQS, DynamoDB and git remote, the product's own producer, worker, guard, resume and DLQ
+tools on them, the actors, the faults, and the oracle. `simulate(seed)` runs it and says what broke, if anything."""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import functools
+import random
+import secrets
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from aws_lambda_powertools import Logger, Metrics, Tracer
+
+from agent_jobs.guard import JobGuard, Lease
+from agent_jobs.payloads import PayloadStore
+from agent_jobs.registration import WorkspaceRegistration
+from agent_jobs.services import Services
+from agent_jobs.workspaces import WorkspaceRegistry
+from agent_jobs_sim import actors
+from agent_jobs_sim.blueprint import Blueprint, blueprint
+from agent_jobs_sim.dynamodb import SimDynamoDB
+from agent_jobs_sim.faults import FaultLog, FaultPlan, FaultyClient, RemoteCallFaults
+from agent_jobs_sim.oracle import Oracle, Violation
+from agent_jobs_sim.planted import PLANTS, swapped
+from agent_jobs_sim.remote import RefStore, SimWorkspaceStore
+from agent_jobs_sim.scheduler import Process, Scheduler, SimulationError
+from agent_jobs_sim.sqs import SimSQS
+from agent_jobs_sim.threads import SimExecutor
+from agent_jobs_sim.watch import WatchedTable
+from agent_jobs_sim.workload import draw_workload
+from job_worker.processing import BatchWorker
+from job_worker.worker import batch as worker_batch
+from job_worker.worker import running as worker_running
+
+START = 1_800_000_000.0  # virtual epoch seconds
+FAULT_PHASE_SECONDS = 900.0
+LIVENESS_BOUND_SECONDS = 6 * 3600.0
+MAX_STEPS = 100_000  # a settled seed takes about 2,000 steps; a world still busy after 50x that is stuck
+REMOTE_URL = "https://git.example.com/agents/repository.git"
+
+_LOGGER = Logger(service="agent-jobs-sim", level="CRITICAL")
+_TRACER = Tracer(disabled=True)
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    jobs: int = 50
+    workspaces: int = 5
+    pollers: int = 3
+    faults: bool = True
+    plant: str | None = None
+
+
+@dataclass
+class SimResult:
+    seed: int
+    violation: str | None
+    steps: int
+    virtual_seconds: float
+    faults: dict[str, int]
+    counts: dict[str, int]
+    trace: str
+
+    @property
+    def passed(self) -> bool:
+        return self.violation is None
+
+
+class Rngs:
+    """One stream per concern, all from the seed: a change in how one concern draws leaves the others' draws alone."""
+
+    def __init__(self, seed: int) -> None:
+        root = random.Random(seed)
+        self.scheduler, self.faults, self.sqs, self.workload, self.agents, self.operator, self.product = (
+            random.Random(root.getrandbits(64)) for _ in range(7)
+        )
+
+
+class SimBatchWorker(BatchWorker):
+    """The product's worker; its metric output goes to the world's counters instead of stdout, and the oracle sees
+    each run of a job begin and end."""
+
+    counts: collections.Counter[str] | None = None
+    world: World | None = None
+
+    def _claim_and_run(self, record: Any, message: Any, context: Any) -> None:
+        try:
+            super()._claim_and_run(record, message, context)
+        except Exception:
+            assert self.world is not None
+            self.world.oracle.after_failed_claim(str(message.tenant_id), message.job_id, self.world.scheduler.now)
+            raise
+
+    def _run_leased(self, lease: Lease, message: Any, context: Any, **kwargs: Any) -> bool:
+        world = self.world
+        assert world is not None
+        assert world.scheduler.current is not None
+        process = world.scheduler.current.process
+        world.oracle.run_started(lease, process, world.scheduler.now)
+        if world.workload.is_killer(lease.job_id):
+            world.scheduler.kill_current("killer job")
+        try:
+            return super()._run_leased(lease, message, context, **kwargs)
+        finally:
+            world.oracle.run_ended(lease, process)
+
+    def _emit(self, name: str, unit: Any, value: float, *, job_type: str | None = None, **_: Any) -> None:
+        if self.counts is not None:
+            self.counts[f"metric.{name}"] += 1
+
+
+@dataclass
+class World:
+    seed: int
+    config: SimConfig
+    blueprint: Blueprint
+    rngs: Rngs
+    scheduler: Scheduler
+    faults: FaultLog
+    sqs: SimSQS
+    dynamodb: SimDynamoDB
+    services: Services
+    refs: RefStore
+    oracle: Oracle
+    workload: Any
+    queue_url: str
+    dlq_url: str
+    counts: collections.Counter[str] = field(default_factory=collections.Counter)
+    calls: collections.Counter[str] = field(default_factory=collections.Counter)
+    environments: list[actors.Environment] = field(default_factory=list)
+    idle_pollers: set[Any] = field(default_factory=set)
+    agent_processes: dict[Process, actors.AgentState] = field(default_factory=dict)
+    # Resumes the operator began and must repeat: workspace → (halting job, decision).
+    unfinished_resumes: dict[str, tuple[str, Any]] = field(default_factory=dict)
+    invocations: int = 0
+    _environment_count: int = 0
+
+    def new_environment(self) -> actors.Environment:
+        self._environment_count += 1
+        worker = SimBatchWorker(
+            services=self.services,
+            workspaces=SimWorkspaceStore(
+                self.refs, {plan.workspace_id: plan.tenant_id for plan in self.workload.workspaces}
+            ),
+            logger=_LOGGER,
+            metrics=Metrics(namespace="AgentJobsSim"),
+            tracer=_TRACER,
+            jitter=lambda bound: self.rngs.product.uniform(bound / 2, bound),
+        )
+        worker.counts = self.counts
+        worker.world = self
+        self.counts["cold_starts"] += 1
+        return actors.Environment(Process(f"env-{self._environment_count}"), worker)
+
+    def accepted(self, workspace_id: str, job_id: str, created: bool) -> None:
+        self.counts["accepted" if created else "repeats_answered"] += 1
+
+    def wake_pollers(self) -> None:
+        for poller in self.idle_pollers:
+            poller.wake_at = min(poller.wake_at, self.scheduler.now)
+
+    def _holds_messages(self, url: str) -> bool:
+        names = [
+            "ApproximateNumberOfMessages",
+            "ApproximateNumberOfMessagesNotVisible",
+            "ApproximateNumberOfMessagesDelayed",
+        ]
+        counts = self.sqs.get_queue_attributes(QueueUrl=url, AttributeNames=names)["Attributes"]
+        return any(int(value) for value in counts.values())
+
+    def finished(self) -> bool:
+        if any(not state.done for state in self.agent_processes.values()) or self.invocations:
+            return False
+        if self._holds_messages(self.queue_url) or self._holds_messages(self.dlq_url):
+            return False
+        return not self.oracle.unsettled()
+
+
+def build_world(seed: int, config: SimConfig) -> World:
+    plan_of = blueprint()
+    rngs = Rngs(seed)
+    scheduler = Scheduler(rngs.scheduler, start=START)
+    plan = (
+        FaultPlan.draw(rngs.faults, start=START, quiet_after=START + FAULT_PHASE_SECONDS)
+        if config.faults
+        else FaultPlan.calm()
+    )
+    faults = FaultLog(plan, rngs.faults, scheduler)
+    sqs = SimSQS(scheduler.clock, rngs.sqs)
+    # botocore checks each request against its model, as a real client does; the differential tests keep that on.
+    dynamodb = SimDynamoDB(scheduler.clock, index_lag=faults.index_lag, check_parameters=False)
+    dlq_url = sqs.create_queue(QueueName=plan_of.dlq_name, Attributes=plan_of.dlq_attributes)["QueueUrl"]
+    queue_url = sqs.create_queue(QueueName=plan_of.queue_name, Attributes=plan_of.queue_attributes)["QueueUrl"]
+    dynamodb.create_table(**plan_of.table_kwargs)
+    workload = draw_workload(
+        rngs.workload,
+        jobs=config.jobs,
+        workspaces=config.workspaces,
+        bad_rate=plan.bad_patch,
+        poison_rate=plan.poison,
+        killer_rate=plan.killer,
+    )
+    oracle = Oracle(
+        workload,
+        plan_of.table_name,
+        dynamodb,
+        max_attempts=plan_of.settings.max_attempts,
+        max_claims=plan_of.settings.max_claims,
+    )
+    registry = WorkspaceRegistry(dynamodb, plan_of.table_name, clock=lambda: int(scheduler.now * 1000))  # type: ignore[arg-type]
+    for workspace in workload.workspaces:
+        registration = WorkspaceRegistration(remote_url=REMOTE_URL, branch=f"agent/{workspace.workspace_id}")
+        registry.register(workspace.workspace_id, registration, workspace.tenant_id)
+    calls: collections.Counter[str] = collections.Counter()
+    plant = PLANTS[config.plant] if config.plant else None
+    watched = WatchedTable(
+        dynamodb,
+        plan_of.table_name,
+        on_job_write=oracle.on_job_write,
+        rewrite=plant.rewrite if plant is not None else None,
+    )
+    product_dynamodb: Any = FaultyClient(watched, "dynamodb", faults, calls=calls)
+    woken: list[World] = []  # the world, once built: a send wakes its idle pollers (a long poll answers at once)
+    product_sqs: Any = FaultyClient(
+        sqs, "sqs", faults, calls=calls, after=lambda name: woken[0].wake_pollers() if woken else None
+    )
+    settings = plan_of.settings.model_copy(update={"queue_url": queue_url, "table_name": plan_of.table_name})
+    guard = JobGuard(
+        product_dynamodb,
+        settings.table_name,
+        max_attempts=settings.max_attempts,
+        max_claims=settings.max_claims,
+        ttl_days=settings.job_ttl_days,
+        clock=lambda: int(scheduler.now * 1000),
+    )
+    services = Services(
+        settings=settings,
+        dynamodb=product_dynamodb,
+        sqs=product_sqs,
+        guard=guard,
+        payloads=PayloadStore(None, lambda: None),  # type: ignore[arg-type, return-value]
+        sandbox_lambda=lambda: None,  # type: ignore[arg-type, return-value]
+    )
+    refs = RefStore(RemoteCallFaults(faults), on_commit=oracle.on_commit, refuses=workload.is_bad)
+    world = World(
+        seed=seed,
+        config=config,
+        blueprint=plan_of,
+        rngs=rngs,
+        scheduler=scheduler,
+        faults=faults,
+        sqs=sqs,
+        dynamodb=dynamodb,
+        services=services,
+        refs=refs,
+        oracle=oracle,
+        workload=workload,
+        queue_url=queue_url,
+        dlq_url=dlq_url,
+        calls=calls,
+    )
+    woken.append(world)
+    scheduler.timers += [sqs.next_timer, dynamodb.next_index_update]
+    faults.mortal = lambda actor: actor.process.name.startswith(("env-", "agent-"))
+    scheduler.choose_kill = faults.choose_kill
+    scheduler.on_kill = lambda process, cause: _on_kill(world, process, cause)
+    platform = Process("platform")
+    for plan_ in workload.workspaces:
+        actors.spawn_agent(world, actors.AgentState(plan_))
+    for index in range(config.pollers):
+        scheduler.spawn(f"poller-{index}", functools.partial(actors.run_poller, world, index), platform)
+    scheduler.spawn("operator", lambda: actors.run_operator(world), platform)
+    return world
+
+
+def _on_kill(world: World, process: Process, cause: str) -> None:
+    world.counts[f"killed_{cause.replace(' ', '_')}"] += 1
+    world.oracle.on_kill(process)
+    if process.name.startswith("agent-"):
+        actors.restart_agent(world, process, world.rngs.agents)
+
+
+@contextlib.contextmanager
+def _product_patched(world: World) -> Iterator[None]:
+    """What the product takes from the OS, taken from the seed (its random tokens: lease owners, resume ids; its group
+    threads), the oracle's count of failed runs, and the planted bug of the run, if any."""
+    original_run_job = getattr(worker_running, "run_job")  # noqa: B009 - the name the worker calls, swapped below
+
+    def run_job(job: Any, context: Any) -> Any:
+        try:
+            return original_run_job(job, context)
+        except Exception:
+            world.oracle.failed_runs[job.job_id] += 1
+            raise
+
+    def token_hex(nbytes: int | None = None) -> str:
+        size = nbytes or 32
+        return world.rngs.product.getrandbits(8 * size).to_bytes(size, "big").hex()
+
+    plant = PLANTS[world.config.plant] if world.config.plant else None
+    SimExecutor.scheduler = world.scheduler
+    try:
+        with contextlib.ExitStack() as patches:
+            patches.enter_context(swapped(secrets, "token_hex", token_hex))
+            patches.enter_context(swapped(worker_batch, "ThreadPoolExecutor", SimExecutor))
+            patches.enter_context(swapped(worker_running, "run_job", run_job))
+            if plant is not None:
+                patches.enter_context(plant.patch())
+            yield
+    finally:
+        SimExecutor.scheduler = None
+
+
+def simulate(seed: int, config: SimConfig | None = None) -> SimResult:
+    config = config or SimConfig()
+    world = build_world(seed, config)
+    violation: str | None = None
+    with _product_patched(world):
+        try:
+            settled = world.scheduler.run(
+                finished=world.finished,
+                until=world.faults.plan.quiet_after + LIVENESS_BOUND_SECONDS,
+                max_steps=MAX_STEPS,
+            )
+            world.oracle.check_outcomes()
+            if not settled:
+                left = world.oracle.unsettled()
+                violation = f"not settled {LIVENESS_BOUND_SECONDS:.0f} s after faults stopped: {'; '.join(left[:5])}"
+        except Violation as error:
+            violation = str(error)
+        except SimulationError as error:
+            cause = error.__cause__
+            violation = str(cause) if isinstance(cause, Violation) else f"the world broke: {error}"
+    trace = world.scheduler.trace
+    trace.update(repr((sorted(world.calls.items()), violation)).encode())
+    return SimResult(
+        seed=seed,
+        violation=violation,
+        steps=world.scheduler.steps,
+        virtual_seconds=world.scheduler.now - START,
+        faults=dict(world.faults.counts),
+        counts=dict(world.counts),
+        trace=trace.hexdigest(),
+    )

@@ -1,0 +1,90 @@
+"""The deterministic simulation: the product's code on simulated SQS, DynamoDB and git under a seeded scheduler with
+faults at every step. Seeds pass; a seed replays exactly (in this process and through the replay command); each
+planted bug of the naive pattern is found, and its failing seed replays to the same violation."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agent_jobs_sim.planted import PLANTS
+from agent_jobs_sim.runner import replay_command, run
+from agent_jobs_sim.world import SimConfig, simulate
+
+ROOT = Path(__file__).resolve().parents[2]
+# Seeds `make test` runs with no planted bug; `make sim SEEDS=N` runs any number.
+SEEDS = 300
+# The planted bugs the search below finds, and how many seeds it may try for each (`make sim PLANT=...` searches
+# further). unfenced-complete, no-last-delivery-park and no-predecessor-check are not found yet: each is masked by
+# another defence in this world's faults (see docs/simulation.md).
+FOUND_WITHIN = 1_000
+FINDABLE = ["naive-claim", "get-then-put", "lost-claims-as-failures", "past-failure", "trusting-drain"]
+
+
+def test_seeds_pass_with_faults_at_every_step():
+    report = run(0, SEEDS, SimConfig(), processes=1)
+    print(f"{report.seeds} seeds, {report.seeds_per_second:.1f} seeds/s, faults {dict(report.faults)}")
+    assert report.seeds == SEEDS
+    assert [(r.seed, r.violation) for r in report.failures] == []
+    # Every kind of fault was injected somewhere in these seeds.
+    kinds = {"crash", "throttle", "server_error", "lost_answer", "stall", "lost_delete", "outage", "poison"}
+    assert kinds <= set(report.faults)
+
+
+def test_a_seed_replays_exactly_in_this_process():
+    first, second = simulate(7), simulate(7)
+    assert first.steps > 100
+    assert (first.trace, first.violation, first.steps, first.faults) == (
+        second.trace,
+        second.violation,
+        second.steps,
+        second.faults,
+    )
+    assert simulate(8).trace != first.trace
+
+
+def _replay(seed: int, plant: str | None) -> str:
+    words = replay_command(seed, SimConfig(plant=plant)).split()
+    assert words[:3] == ["python", "-m", "agent_jobs_sim"]
+    answer = subprocess.run(
+        [sys.executable, "-m", "agent_jobs_sim", *words[3:]],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONHASHSEED": "random"},  # the command fixes hashing itself
+        check=False,
+    )
+    return answer.stdout
+
+
+@pytest.mark.parametrize("plant", FINDABLE)
+def test_a_planted_bug_is_found_and_its_seed_replays_to_the_same_violation(plant):
+    report = run(0, FOUND_WITHIN, SimConfig(plant=plant), processes=1, stop_at_first=True)
+    assert report.failures, f"{plant}: no failing seed in {report.seeds} seeds"
+    failing = report.failures[0]
+    print(f"{plant}: seed {failing.seed} after {report.seeds} seeds: {failing.violation}")
+    first, second = _replay(failing.seed, plant), _replay(failing.seed, plant)
+    assert first == second
+    assert f"seed {failing.seed}: {failing.violation}" in first
+    assert f"trace {failing.trace}" in first
+    # The bug fails the seed, not the world: without it the same seed passes.
+    assert simulate(failing.seed).passed
+
+
+def test_every_planted_bug_is_described():
+    assert set(FINDABLE) <= set(PLANTS)
+    assert all(plant.description.startswith("(") for plant in PLANTS.values())
+
+
+@pytest.mark.parametrize("seed", [62, 72, 83, 258])
+def test_seeds_that_found_a_real_bug_pass(seed):
+    # In this version of the world these seeds made a resume's drain run a parked job before a job accepted ahead of
+    # it that the queue had dead-lettered while the workspace was halted (tests/integration/test_resume_worker.py
+    # keeps the same case without the simulation).
+    result = simulate(seed)
+    assert result.passed, result.violation
