@@ -4,15 +4,8 @@ process (the template is the deployment; the simulation runs the same configurat
 from __future__ import annotations
 
 import functools
-import os
 from dataclasses import dataclass
 from typing import Any
-
-# Read by Powertools when its modules are imported: no X-Ray, no log lines below CRITICAL.
-os.environ.setdefault("POWERTOOLS_TRACE_DISABLED", "true")
-os.environ.setdefault("POWERTOOLS_SERVICE_NAME", "agent-jobs-sim")
-os.environ.setdefault("POWERTOOLS_METRICS_NAMESPACE", "AgentJobsSim")
-os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "CRITICAL")
 
 from agent_jobs.settings import Settings
 from agent_jobs_local.template import TemplateModel, load_template
