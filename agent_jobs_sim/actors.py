@@ -129,6 +129,8 @@ def run_poller(world: World, index: int) -> None:
             MessageSystemAttributeNames=["All"],
             MessageAttributeNames=["All"],
         ).get("Messages", [])
+        if world.holds_messages(world.dlq_url):  # the receive may have moved messages there: the DLQ alarm
+            world.alarm()
         if not messages:
             world.idle_pollers.add(scheduler.current)
             wake = sqs.next_timer()
@@ -179,19 +181,23 @@ def _invoke(world: World, index: int, messages: list[dict[str, Any]]) -> None:
             world.sqs.delete_message(QueueUrl=world.queue_url, ReceiptHandle=record["receiptHandle"])
         except ClientError:  # its receipt handle expired (the batch outlived its visibility): delivered again
             world.counts["deletes_refused"] += 1
+    world.wake_pollers()  # the next message of a group may be deliverable now
 
 
 # ---- the operator --------------------------------------------------------------------------------------------------
 
 
 def run_operator(world: World) -> None:
-    """Every little while, as an operator would from the CLI: redrive the DLQ when it holds messages (park its jobs,
-    halting their workspaces), and resume each workspace the halted list shows (and any resume whose call failed),
-    skipping what can never apply (a refused patch, a poison message) and retrying everything else."""
+    """When an alarm fires (a workspace halted, the DLQ holds messages; `World.alarm`), and every quarter hour anyway,
+    as an operator would from the CLI: redrive the DLQ when it holds messages (park its jobs, halting their
+    workspaces), and resume each workspace the halted list shows (and any resume whose call failed), skipping what can
+    never apply (a refused patch, a poison message) and retrying everything else. While work is left it looks again
+    within two minutes."""
     scheduler, rng = world.scheduler, world.rngs.operator
     tenants = sorted({plan.tenant_id for plan in world.workload.workspaces})
+    busy = False
     while True:
-        scheduler.sleep(rng.uniform(20.0, 90.0))
+        scheduler.sleep(rng.uniform(30.0, 120.0) if busy else rng.uniform(600.0, 900.0))
         try:
             _redrive(world)
             halted = {

@@ -31,7 +31,7 @@ from agent_jobs_sim.sqs import SimSQS
 from agent_jobs_sim.threads import SimExecutor
 from agent_jobs_sim.watch import WatchedTable
 from agent_jobs_sim.workload import draw_workload
-from job_worker.processing import BatchWorker
+from job_worker.processing import WORKSPACES_HALTED, BatchWorker
 from job_worker.worker import batch as worker_batch
 from job_worker.worker import running as worker_running
 
@@ -39,6 +39,10 @@ START = 1_800_000_000.0  # virtual epoch seconds
 FAULT_PHASE_SECONDS = 900.0
 LIVENESS_BOUND_SECONDS = 6 * 3600.0
 MAX_STEPS = 100_000  # a settled seed takes about 2,000 steps; a world still busy after 50x that is stuck
+# Calls after which a message may be deliverable at once.
+_SENDS = frozenset(
+    {"send_message", "send_message_batch", "change_message_visibility", "change_message_visibility_batch"}
+)
 REMOTE_URL = "https://git.example.com/agents/repository.git"
 
 _LOGGER = Logger(service="agent-jobs-sim", level="CRITICAL")
@@ -110,6 +114,8 @@ class SimBatchWorker(BatchWorker):
     def _emit(self, name: str, unit: Any, value: float, *, job_type: str | None = None, **_: Any) -> None:
         if self.counts is not None:
             self.counts[f"metric.{name}"] += 1
+        if name == WORKSPACES_HALTED and self.world is not None:
+            self.world.alarm()
 
 
 @dataclass
@@ -136,6 +142,7 @@ class World:
     # Resumes the operator began and must repeat: workspace → (halting job, decision).
     unfinished_resumes: dict[str, tuple[str, Any]] = field(default_factory=dict)
     invocations: int = 0
+    operator: Any = None
     _environment_count: int = 0
 
     def new_environment(self) -> actors.Environment:
@@ -159,10 +166,18 @@ class World:
         self.counts["accepted" if created else "repeats_answered"] += 1
 
     def wake_pollers(self) -> None:
-        for poller in self.idle_pollers:
+        """A message may be deliverable now: one idle poller's long poll answers (the first by name)."""
+        if self.idle_pollers:
+            poller = min(self.idle_pollers, key=lambda actor: actor.name)
             poller.wake_at = min(poller.wake_at, self.scheduler.now)
 
-    def _holds_messages(self, url: str) -> bool:
+    def alarm(self) -> None:
+        """An alarm the operator watches fired (a workspace halted, the DLQ holds messages): it looks within a
+        minute, as an alarm's evaluation period allows."""
+        if self.operator is not None and not self.operator.done:
+            self.operator.wake_at = min(self.operator.wake_at, self.scheduler.now + 60.0)
+
+    def holds_messages(self, url: str) -> bool:
         names = [
             "ApproximateNumberOfMessages",
             "ApproximateNumberOfMessagesNotVisible",
@@ -174,7 +189,7 @@ class World:
     def finished(self) -> bool:
         if any(not state.done for state in self.agent_processes.values()) or self.invocations:
             return False
-        if self._holds_messages(self.queue_url) or self._holds_messages(self.dlq_url):
+        if self.holds_messages(self.queue_url) or self.holds_messages(self.dlq_url):
             return False
         return not self.oracle.unsettled()
 
@@ -225,7 +240,11 @@ def build_world(seed: int, config: SimConfig) -> World:
     product_dynamodb: Any = FaultyClient(watched, "dynamodb", faults, calls=calls)
     woken: list[World] = []  # the world, once built: a send wakes its idle pollers (a long poll answers at once)
     product_sqs: Any = FaultyClient(
-        sqs, "sqs", faults, calls=calls, after=lambda name: woken[0].wake_pollers() if woken else None
+        sqs,
+        "sqs",
+        faults,
+        calls=calls,
+        after=lambda name: woken[0].wake_pollers() if woken and name in _SENDS else None,
     )
     settings = plan_of.settings.model_copy(update={"queue_url": queue_url, "table_name": plan_of.table_name})
     guard = JobGuard(
@@ -272,7 +291,7 @@ def build_world(seed: int, config: SimConfig) -> World:
         actors.spawn_agent(world, actors.AgentState(plan_))
     for index in range(config.pollers):
         scheduler.spawn(f"poller-{index}", functools.partial(actors.run_poller, world, index), platform)
-    scheduler.spawn("operator", lambda: actors.run_operator(world), platform)
+    world.operator = scheduler.spawn("operator", lambda: actors.run_operator(world), platform)
     return world
 
 
