@@ -42,6 +42,9 @@ class Expressions:
 
 
 _EMPTY: Mapping[str, Any] = {}
+# Request shapes (expression texts, placeholder names) whose placeholders were found in order.
+_CHECKED: set[tuple[tuple[tuple[str, str], ...], frozenset[str], frozenset[str]]] = set()
+_CHECKED_LIMIT = 10_000
 
 
 def expressions(request: Mapping[str, Any]) -> Expressions:
@@ -56,7 +59,11 @@ def expressions(request: Mapping[str, Any]) -> Expressions:
     if (names or values) and not parsed:
         which = "ExpressionAttributeNames" if names else "ExpressionAttributeValues"
         raise RequestError(f"{which} can only be specified when using expressions")
-    _check_placeholders(parsed, names, values)
+    shape = (tuple((field, request[field]) for field in parsed), frozenset(names), frozenset(values))
+    if shape not in _CHECKED:  # the same shape of request is checked once: the product sends few shapes, many times
+        _check_placeholders(parsed, names, values)
+        if len(_CHECKED) < _CHECKED_LIMIT:
+            _CHECKED.add(shape)
     for name, value in values.items():
         problem = validate_value(value, f"ExpressionAttributeValues contains invalid value: {name}")
         if problem:
