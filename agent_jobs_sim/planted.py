@@ -171,6 +171,14 @@ def _no_predecessor_check() -> contextlib.AbstractContextManager[None]:
     return swapped(JobRunning, "_parked_behind_missing_jobs", lambda self, record, message, lease: False)
 
 
+def _drain_past_missing_jobs() -> contextlib.AbstractContextManager[None]:
+    """A resume's drain runs parked jobs without looking for jobs accepted ahead of them that left the queue unsettled
+    (the bug the simulation found: seeds 127, 161, 245, 383, 409)."""
+    from job_worker.worker.drain import Draining
+
+    return swapped(Draining, "_halted_behind_missing_jobs", lambda self, marker, job: False)
+
+
 PLANTS: dict[str, Plant] = {
     "naive-claim": Plant(
         "(a) claim condition `attribute_not_exists(pk) OR status <> SUCCEEDED`", rewrite=_naive_claim_condition
@@ -187,5 +195,8 @@ PLANTS: dict[str, Plant] = {
     "trusting-drain": Plant("(g) a drain that trusts a lagging index", patch=_trusting_drain),
     "no-predecessor-check": Plant(
         "(h) a job runs although an accepted predecessor was dead-lettered unseen", patch=_no_predecessor_check
+    ),
+    "drain-past-missing": Plant(
+        "(i) a drain runs parked jobs past a predecessor dead-lettered while halted", patch=_drain_past_missing_jobs
     ),
 }
