@@ -73,7 +73,7 @@ def run_agent(world: World, state: AgentState) -> None:
             world.counts["agent_retries"] += 1
             scheduler.sleep(rng.uniform(0.1, 3.0))
             continue
-        world.accepted(plan.workspace_id, job.job_id, result.created)
+        world.accepted(created=result.created)
         if state.next_job in plan.poison_after and state.next_job not in state.poisons_sent:
             _send_poison(world, plan, state.next_job)
             state.poisons_sent.add(state.next_job)
@@ -97,15 +97,18 @@ def _send_poison(world: World, plan: WorkspacePlan, after: int) -> None:
 
 
 def _repeat_a_job(world: World, plan: WorkspacePlan, index: int) -> None:
-    """An agent that lost track submits an accepted job again: the product answers from the record."""
+    """An agent that lost track submits a job it already had the answer for: the product must answer it as a repeat
+    (a job accepted twice would run twice)."""
     job = plan.jobs[index]
     try:
         result = enqueue_job(
             job, plan.tenant_id, guard=world.services.guard, sqs=world.services.sqs, queue_url=world.queue_url
         )
-    except Exception:
+    except (ClientError, BotoCoreError):  # throttled, a 5xx, a lost answer: the agent lets it be
         return
-    world.accepted(plan.workspace_id, job.job_id, result.created)
+    if result.created:
+        world.oracle.fail(f"{job.job_id} was accepted again when its agent submitted it a second time")
+    world.accepted(created=False)
 
 
 # ---- the event source mapping --------------------------------------------------------------------------------------

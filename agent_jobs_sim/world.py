@@ -162,7 +162,7 @@ class World:
         self.counts["cold_starts"] += 1
         return actors.Environment(Process(f"env-{self._environment_count}"), worker)
 
-    def accepted(self, workspace_id: str, job_id: str, created: bool) -> None:
+    def accepted(self, *, created: bool) -> None:
         self.counts["accepted" if created else "repeats_answered"] += 1
 
     def wake_pollers(self) -> None:
