@@ -70,6 +70,22 @@ def test_jobs_the_halt_machinery_holds_are_not_missing(guard: JobGuard, any_stac
     assert missing(guard, "a3", "300") == []
 
 
+def test_a_job_a_redrive_parks_stays_ahead_of_the_jobs_behind_it_until_it_runs(guard: JobGuard, any_stack: Stack):
+    # The redrive parks a dead-lettered job and halts the workspace in one write; a job behind it may have been claimed
+    # just before that write, while the workspace was ACTIVE: its check must still find the parked job ahead
+    redriven = accepted(guard, "a1", "100")
+    accepted(guard, "a2", "200")
+    assert guard.park(
+        redriven, message_id="m-a1", sequence_number="100", body="{}", reason="redriven", halt_workspace=True
+    )
+    assert missing(guard, "a2", "200") == ["a1"]
+    assert any_stack.job("a1")["status"] == JobStatus.PARKED
+    # Skipped by an operator (or run by a resume), it no longer stands ahead
+    resumed = guard.begin_resume("ws-a", tenant_id="tenant-1", halting_job_id="a1", decision=SKIP, operator="op")
+    assert resumed.outcome is ResumeOutcome.ACTIVE  # nothing else was parked
+    assert missing(guard, "a2", "200") == []
+
+
 def test_an_index_entry_of_a_job_that_settled_meanwhile_is_not_missing(guard: JobGuard, any_stack: Stack):
     # The index lags behind the table: an entry whose job SUCCEEDED a moment ago is read again, consistently
     accepted(guard, "a1", "100")

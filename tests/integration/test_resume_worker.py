@@ -496,3 +496,51 @@ def test_drain_stops_before_a_parked_job_whose_predecessor_left_the_queue_unsett
     assert workspace["state"] == WorkspaceState.HALTED
     assert workspace["haltingJobId"] == "m1"
     assert "dlq redrive" in workspace["haltReason"]
+
+
+def test_a_job_claimed_just_before_its_predecessor_is_redriven_parks_instead_of_running(
+    stack, workspaces, hooks, lambda_context
+):
+    # Given m1 and p1 accepted on ws-a; m1's message leaves the queue unseen (dead-lettered) while m1 is QUEUED
+    worker = worker_for(stack, workspaces)
+    enqueue(stack, make_job("m1", "ws-a"), make_job("p1", "ws-a"))
+    event = stack.receive(10)
+    gone = [r for r in event["Records"] if json.loads(r["body"])["jobId"] == "m1"]
+    assert len(gone) == 1
+    stack.services.sqs.delete_message(QueueUrl=stack.queue_url, ReceiptHandle=gone[0]["receiptHandle"])
+    event = {"Records": [r for r in event["Records"] if r not in gone]}
+
+    # When the operator's redrive parks m1 and halts ws-a after p1's claim and before p1's check of the jobs ahead
+    guard = worker.services.guard
+    check = guard.missing_predecessors
+
+    def redrive_lands_first(*args: Any, **kwargs: Any) -> Any:
+        if guard.get_job("tenant-1", "m1")["status"] == JobStatus.QUEUED:
+            assert stack.job("p1")["status"] == JobStatus.IN_FLIGHT  # p1 is claimed
+            parked = guard.park(
+                make_message("m1"),
+                message_id=gone[0]["messageId"],
+                sequence_number=gone[0]["attributes"]["SequenceNumber"],
+                body=gone[0]["body"],
+                reason="dead-lettered by the queue after 10 receives; redriven",
+                halt_workspace=True,
+            )
+            assert parked
+        return check(*args, **kwargs)
+
+    guard.missing_predecessors = redrive_lands_first
+    stack.settle(event, worker.handle(event, lambda_context()))
+
+    # Then p1 does not take effect ahead of m1: it parks behind the halt, in its place, and m1 halts ws-a
+    assert workspaces.commits("ws-a") == []
+    assert stack.job("m1")["status"] == JobStatus.PARKED
+    assert stack.job("p1")["status"] == JobStatus.PARKED
+    workspace = stack.workspace("ws-a")
+    assert workspace["state"] == WorkspaceState.HALTED
+    assert workspace["haltingJobId"] == "m1"
+    assert int(workspace["parkedCount"]) == 2
+
+    # And a resume that retries m1 runs both, in order
+    assert resume(stack, "m1", RETRY).outcome == "RESUMING"
+    run_until_empty(stack, worker, lambda_context)
+    assert workspaces.commits("ws-a") == ["m1", "p1"]

@@ -86,11 +86,15 @@ class HaltStore(QueryStore):
                 f" AND ({status_in(values, JobAction.PARK)} OR ({LEASE_EXPIRED})))"
             )
         # A parked job waits for an operator: TTL must not collect it (TTL is garbage collection only). A resume runs
-        # it in order, from the parked index.
+        # it in order, from the parked index. A park that halts the workspace keeps the job in the pending index: its
+        # message may have left the queue already (a redrive from the DLQ), so a job behind it can be claimed while
+        # the workspace is still ACTIVE, just before this write; that job's check for unsettled jobs ahead of it must
+        # still find this one, PARKED, where it was.
         expression = "SET " + ", ".join(set_clauses) + sequence_clauses(values, sequence_number)
+        removed = "#ttl" if halt_workspace else "#ttl, pendingWorkspace"
         job_update = self._update(
             job_key(message_tenant(message), message.job_id),
-            expression + " REMOVE #ttl, pendingWorkspace",
+            expression + " REMOVE " + removed,
             values,
             condition=condition,
             names={"#status": "status", "#type": "type", "#ttl": "ttl"},

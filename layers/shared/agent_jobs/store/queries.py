@@ -170,12 +170,15 @@ class QueryStore(StoreBase):
         self, workspace_id: str, *, tenant_id: str, job_id: str, sequence_number: str | None
     ) -> list[Item]:
         """The jobs of `tenant_id` that the workspace accepted ahead of this one in queue order (a lower
-        SequenceNumber) and that are still QUEUED, FAILED or IN_FLIGHT: earliest first, at most MAX_MISSING_LISTED.
+        SequenceNumber) and that are still QUEUED, FAILED or IN_FLIGHT, or were PARKED by a halting park (a redrive
+        from the DLQ) and not yet run: earliest first, at most MAX_MISSING_LISTED.
 
         The queue hands out a job only once every earlier message of its group is gone, and the worker deletes a
         message only once its job is settled; so such a job left the queue without the worker settling it (the queue
         dead-lettered it, for example after every delivery died before the handler ran). The job must not run: it
-        would take effect before them. Empty for a job without a numeric SequenceNumber (nothing to order by).
+        would take effect before them. Empty for a job without a numeric SequenceNumber (nothing to order by). A job
+        the redrive parks stays listed: if the redrive lands between this job's claim (the workspace still ACTIVE)
+        and this check, it is the only trace left that something ahead never took effect.
 
         Cost: one Query of the sparse pending index (usually empty: half a read unit); entries it shows are checked
         with a strongly consistent read, because the index lags behind jobs that settled a moment ago.
@@ -199,7 +202,7 @@ class QueryStore(StoreBase):
             for item in self._get_consistently(keys)
             if item.get("pendingWorkspace") == workspace_id
             and item.get("tenantId") == tenant_id
-            and item.get("status") in UNSETTLED
+            and item.get("status") in UNSETTLED | {JobStatus.PARKED}
         ]
         return sorted(missing, key=lambda item: str(item.get("queueSeq", "")))
 
