@@ -16,10 +16,11 @@ run it after them: order broken. Instead each selected message, in its group's o
 `sequenceNumber`, else the message's own), which halts its workspace in the same transaction. The worker parks every
 later job of a halted workspace, and a resume (`agent-jobs resume W --retry`) drains the parked jobs in
 SequenceNumber order, this one first. A body that is not a valid job message is rejected through `JobGuard.reject`
-(which halts too). A job that already took effect (SUCCEEDED or SKIPPED) is only deleted, and so is a drain
-marker of no current resume (the worker would acknowledge it without effect). A DLQ message is deleted
-only after its park or reject write succeeded; a message that could not be settled stops its group (its later
-messages stay in the DLQ, in order) and is left visible for the next run.
+(which halts too), unless a delivery of the same message was rejected before and an operator decided it since: then
+it is only deleted (`JobGuard.rejection_of` finds its record). A job that already took effect (SUCCEEDED or SKIPPED)
+is only deleted, and so is a drain marker of no current resume (the worker would acknowledge it without effect). A
+DLQ message is deleted only after its park or reject write succeeded; a message that could not be settled stops its
+group (its later messages stay in the DLQ, in order) and is left visible for the next run.
 
 No job behind a dead-lettered one runs before the redrive: the job the queue hands out next finds the dead-lettered
 job still unsettled in the table's pending index, is parked behind it and halts the workspace naming it
@@ -234,6 +235,19 @@ class DeadLetterQueue:
                 body=message.body,
             )
             if not rejected:
+                # A delivery of this same message was rejected before and an operator has decided it since (its
+                # record is SKIPPED, not REJECTED, so it is not written again): nothing is left to do but delete it.
+                recorded = guard.rejection_of(
+                    message_id=message.message_id,
+                    job_id=message.job_id if owner is None or claimed == owner else None,
+                    tenant_id=owner or message.message_attributes.get("tenantId"),
+                )
+                if recorded is not None:
+                    return self._deleted(
+                        message,
+                        RedriveOutcome.ALREADY_SETTLED,
+                        f"its rejection is on record ({recorded.get('status')}); no effect",
+                    )
                 return redrive_result(message, RedriveOutcome.LEFT, "the rejection could not be recorded")
             return self._deleted(message, RedriveOutcome.REJECTED, f"not a valid job message ({problem}); halted")
 

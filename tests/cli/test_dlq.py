@@ -13,7 +13,7 @@ import boto3
 from typer.testing import CliRunner
 
 from agent_jobs.keys import workspace_group_id
-from agent_jobs.models import JobStatus, WorkspaceState
+from agent_jobs.models import JobStatus, ResumeDecision, WorkspaceState
 from agent_jobs.producer import enqueue_job
 from agent_jobs_cli.deadletters import DeadLetterQueue, RedriveOutcome
 from agent_jobs_cli.main import app
@@ -402,3 +402,67 @@ def test_dlq_redrive_binds_a_job_to_its_workspace_owner_never_to_the_tenant_its_
     assert server_stack.job("planted-1", "mallory") is None
     assert server_stack.job("planted-1", "acme") is None
     assert server_stack.workspace("ws-acme")["state"] == WorkspaceState.HALTED
+
+
+def test_redrive_deletes_a_bad_message_whose_rejection_an_operator_already_decided(tmp_path, server_stack, moto_server):
+    # Given a message that is no job, rejected by the worker on a delivery whose delete was lost (its workspace
+    # halted), skipped by the operator, and then dead-lettered by the queue after more deliveries
+    register_workspace(server_stack, "ws-bad", "tenant-1")
+    sqs = server_stack.services.sqs
+    bad = sqs.send_message(
+        QueueUrl=server_stack.dlq_url,
+        MessageBody='{"jobId": "bad-1", "not": "a job"}',
+        MessageGroupId=workspace_group_id("ws-bad"),
+        MessageDeduplicationId="bad-1",
+    )
+    guard = server_stack.guard
+    assert guard.reject(
+        message_id=bad["MessageId"],
+        job_id=None,
+        workspace_id="ws-bad",
+        tenant_id="tenant-1",
+        reason="not a valid job message",
+        body='{"jobId": "bad-1", "not": "a job"}',
+    )
+    decided = guard.begin_resume(
+        "ws-bad",
+        tenant_id="tenant-1",
+        halting_job_id=f"msg#{bad['MessageId']}",
+        decision=ResumeDecision.SKIP,
+        operator="op",
+    )
+    assert decided.outcome == "ACTIVE"
+    path = connection_file(tmp_path, server_stack, moto_server)
+
+    # When the operator redrives the DLQ
+    result = run(path, "dlq", "redrive", "--all", "--yes", "--json")
+
+    # Then the message is deleted as already settled (its rejection is on record): the DLQ empties, nothing halts again
+    assert result.exit_code == 0, result.output
+    assert [r["outcome"] for r in json.loads(result.stdout)["results"]] == [RedriveOutcome.ALREADY_SETTLED]
+    assert depth(sqs, server_stack.dlq_url) == 0
+    assert server_stack.item(f"msg#{bad['MessageId']}")["status"] == JobStatus.SKIPPED
+    assert server_stack.workspace("ws-bad")["state"] == WorkspaceState.ACTIVE
+
+
+def test_redrive_leaves_a_bad_message_whose_rejection_cannot_be_recorded(tmp_path, server_stack, moto_server):
+    # Given a bad message whose message id is already the key of another message's rejection record (no record of
+    # its own can be written: this stands for any write that keeps failing)
+    sqs = server_stack.services.sqs
+    bad = sqs.send_message(
+        QueueUrl=server_stack.dlq_url,
+        MessageBody='{"not": "a job"}',
+        MessageGroupId=workspace_group_id("ws-bad"),
+        MessageDeduplicationId="bad-2",
+    )
+    server_stack.services.dynamodb.put_item(
+        TableName=server_stack.table_name,
+        Item={"pk": {"S": f"msg#{bad['MessageId']}"}, "status": {"S": "SKIPPED"}, "messageId": {"S": "another"}},
+    )
+    path = connection_file(tmp_path, server_stack, moto_server)
+
+    # When the operator redrives the DLQ, then the message stays, and the command says so
+    result = run(path, "dlq", "redrive", "--all", "--yes", "--json")
+    assert result.exit_code == 1, result.output
+    assert [r["outcome"] for r in json.loads(result.stdout)["results"]] == [RedriveOutcome.LEFT]
+    assert depth(sqs, server_stack.dlq_url) == 1

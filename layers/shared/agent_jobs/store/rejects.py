@@ -6,7 +6,7 @@ from typing import Any
 
 from agent_jobs.keys import job_key
 from agent_jobs.models import JobStatus
-from agent_jobs.store.codec import BODY_SET, body_values, stored_error, wire
+from agent_jobs.store.codec import BODY_SET, Item, body_values, stored_error, wire
 from agent_jobs.store.halts import HaltStore
 
 
@@ -74,6 +74,19 @@ class RejectStore(HaltStore):
             if self._transact([job_update, halt]):
                 return True
         return False
+
+    def rejection_of(self, *, message_id: str, job_id: str | None, tenant_id: str | None) -> Item | None:
+        """The record of this message's rejection, under `msg#<messageId>` or under its jobId, whatever became of it
+        since (REJECTED, or SKIPPED by an operator): None if the message was never rejected. A record under the jobId
+        counts only if it names this message (the queue's message ids are its own: no sender chooses one)."""
+        keys = [f"msg#{message_id}"]
+        if job_id and tenant_id:
+            keys.insert(0, job_key(tenant_id, job_id))
+        for pk in keys:
+            item = self._read(pk)
+            if item is not None and item.get("messageId") == message_id and "payloadHash" not in item:
+                return item
+        return None
 
     def reject_unrouted(self, *, message_id: str, group_id: str | None, reason: str, body: str) -> None:
         """REJECTED under `msg#<messageId>` for a message whose group names no workspace (empty, `ws#` alone, another
