@@ -179,6 +179,25 @@ def _drain_past_missing_jobs() -> contextlib.AbstractContextManager[None]:
     return swapped(Draining, "_halted_behind_missing_jobs", lambda self, marker, job: False)
 
 
+def _halting_park_leaves_pending_index(operation: str, request: dict[str, Any]) -> dict[str, Any] | None:
+    """A park that halts the workspace (a redrive from the DLQ) takes the job out of the pending index, as every
+    other park does: a job behind it claimed a moment before, while the workspace was ACTIVE, finds nothing unsettled
+    ahead and runs (the bug the simulation found: seeds 9656, 10775, 15523)."""
+    if operation != "transact_write_items":
+        return None
+    actions = []
+    changed = False
+    for action in request.get("TransactItems", []):
+        update = action.get("Update")
+        expression = str((update or {}).get("UpdateExpression", ""))
+        if update and "parkedReason = :reason" in expression and expression.endswith(" REMOVE #ttl"):
+            actions.append({"Update": {**update, "UpdateExpression": expression + ", pendingWorkspace"}})
+            changed = True
+        else:
+            actions.append(action)
+    return {**request, "TransactItems": actions} if changed else None
+
+
 PLANTS: dict[str, Plant] = {
     "naive-claim": Plant(
         "(a) claim condition `attribute_not_exists(pk) OR status <> SUCCEEDED`", rewrite=_naive_claim_condition
@@ -198,5 +217,9 @@ PLANTS: dict[str, Plant] = {
     ),
     "drain-past-missing": Plant(
         "(i) a drain runs parked jobs past a predecessor dead-lettered while halted", patch=_drain_past_missing_jobs
+    ),
+    "redriven-unlisted": Plant(
+        "(j) a job redriven from the DLQ leaves the pending index when it is parked",
+        rewrite=_halting_park_leaves_pending_index,
     ),
 }

@@ -91,3 +91,15 @@ def test_seeds_that_found_a_real_bug_fail_with_it_and_pass_without(seed):
     assert "never took effect" in broken.violation
     result = simulate(seed)
     assert result.passed, result.violation
+
+
+@pytest.mark.parametrize("seed", [9656, 10775, 15523])
+def test_seeds_that_found_a_redrive_race_fail_with_it_and_pass_without(seed):
+    # An operator's redrive parked a dead-lettered job and halted its workspace just after a worker claimed the job
+    # behind it (the workspace still ACTIVE) and just before that worker looked for unsettled jobs ahead: the parked
+    # job had left the pending index, so the job behind it ran first. A halting park now keeps the job in the index.
+    broken = simulate(seed, SimConfig(plant="redriven-unlisted"))
+    assert broken.violation is not None
+    assert "is PARKED and never took effect" in broken.violation
+    result = simulate(seed)
+    assert result.passed, result.violation
