@@ -15,7 +15,7 @@ from agent_jobs.keys import workspace_group_id
 from agent_jobs.models import ResumeDecision
 from agent_jobs.producer.single import enqueue_job
 from agent_jobs.resume import resume_workspace
-from agent_jobs_cli.deadletters import DeadLetterQueue
+from agent_jobs_cli.deadletters import DeadLetterQueue, registered_owners
 from agent_jobs_local.event_source import lambda_sqs_record
 from agent_jobs_sim.scheduler import Actor, Process
 
@@ -225,7 +225,7 @@ def _redrive(world: World) -> None:
     results = queue.redrive(
         world.services.guard,
         select_workspace=lambda workspace_id: True,
-        owner_of=lambda workspace_id: None,
+        owner_of=registered_owners(world.services.dynamodb, world.blueprint.table_name),
         max_receive_count=world.blueprint.max_receive_count,
     )
     world.counts["redriven"] += len(results)

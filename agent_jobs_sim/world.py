@@ -193,6 +193,21 @@ class World:
             return False
         return not self.oracle.unsettled()
 
+    def unfinished(self) -> list[str]:
+        """Why the world is not finished: the oracle's unsettled jobs, agents still submitting, invocations under way
+        and messages left on the queues."""
+        left = self.oracle.unsettled()
+        agents = sorted(process.name for process, state in self.agent_processes.items() if not state.done)
+        if agents:
+            left.append(f"agents still submitting: {', '.join(agents)}")
+        if self.invocations:
+            left.append(f"{self.invocations} invocations under way")
+        for name, url in (("queue", self.queue_url), ("DLQ", self.dlq_url)):
+            if self.holds_messages(url):
+                kept = [str(m.get("Body", ""))[:80] for m in self.sqs.messages(url)]
+                left.append(f"the {name} holds {len(kept)} messages: {'; '.join(kept[:3])}")
+        return left
+
 
 def build_world(seed: int, config: SimConfig) -> World:
     plan_of = blueprint()
@@ -333,21 +348,31 @@ def _product_patched(world: World) -> Iterator[None]:
         SimExecutor.scheduler = None
 
 
+def liveness_bound(world: World) -> float:
+    """How long after faults stop the world has to settle: LIVENESS_BOUND_SECONDS, plus, for the workspace with the
+    most jobs that kill every invocation running them, the time the product takes to give each up: a killer is
+    claimed up to max_claims times, one visibility timeout apart, before it is DEAD (its workspace's jobs wait
+    behind it, one killer after another)."""
+    blueprint = world.blueprint
+    visibility = float(blueprint.queue_attributes.get("VisibilityTimeout", blueprint.timeout_seconds))
+    killers = max((len(plan.killers) for plan in world.workload.workspaces), default=0)
+    return LIVENESS_BOUND_SECONDS + killers * (blueprint.settings.max_claims + 1) * visibility
+
+
 def simulate(seed: int, config: SimConfig | None = None) -> SimResult:
     config = config or SimConfig()
     world = build_world(seed, config)
     violation: str | None = None
+    bound = liveness_bound(world)
     with _product_patched(world):
         try:
             settled = world.scheduler.run(
-                finished=world.finished,
-                until=world.faults.plan.quiet_after + LIVENESS_BOUND_SECONDS,
-                max_steps=MAX_STEPS,
+                finished=world.finished, until=world.faults.plan.quiet_after + bound, max_steps=MAX_STEPS
             )
             world.oracle.check_outcomes()
             if not settled:
-                left = world.oracle.unsettled()
-                violation = f"not settled {LIVENESS_BOUND_SECONDS:.0f} s after faults stopped: {'; '.join(left[:5])}"
+                left = world.unfinished()
+                violation = f"not settled {bound:.0f} s after faults stopped: {'; '.join(left[:5])}"
         except Violation as error:
             violation = str(error)
         except SimulationError as error:
