@@ -28,9 +28,35 @@ def epoch_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+# Integers DynamoDB stores exactly (38 significant digits): written without boto3's Decimal context round trip.
+_MAX_PLAIN_INT = 10**38
+
+
 def to_item(raw: Mapping[str, Any]) -> Item:
     """A DynamoDB wire item as plain Python (numbers as int where integral)."""
-    return {key: _plain(_deserializer.deserialize(value)) for key, value in raw.items()}
+    return {key: _from_wire(value) for key, value in raw.items()}
+
+
+def _from_wire(value: Mapping[str, Any]) -> Any:
+    """One wire value as plain Python: the common types here, anything else (sets, binary, unusual numbers) through
+    boto3's TypeDeserializer, with the same result as that alone."""
+    if len(value) == 1:
+        ((tag, inner),) = value.items()
+        if tag == "N":
+            if inner.lstrip("-").isdigit():
+                return int(inner)
+        elif (convert := _FROM_WIRE.get(tag)) is not None:
+            return convert(inner)
+    return _plain(_deserializer.deserialize(value))  # type: ignore[arg-type]
+
+
+_FROM_WIRE: dict[str, Callable[[Any], Any]] = {
+    "S": lambda inner: inner,
+    "BOOL": lambda inner: inner,
+    "NULL": lambda inner: None,
+    "M": lambda inner: {key: _from_wire(v) for key, v in inner.items()},
+    "L": lambda inner: [_from_wire(v) for v in inner],
+}
 
 
 def _plain(value: Any) -> Any:
@@ -56,7 +82,28 @@ def _dynamodb_value(value: Any) -> Any:
 
 def wire(values: Mapping[str, Any]) -> dict[str, Any]:
     """Plain Python values (a key, an item, expression values) in DynamoDB's wire format."""
-    return {key: _serializer.serialize(_dynamodb_value(value)) for key, value in values.items()}
+    return {key: _to_wire(value) for key, value in values.items()}
+
+
+def _to_wire(value: Any) -> dict[str, Any]:
+    """One value in the wire format: the common types here, anything else (sets, binary, floats, Decimals, huge
+    integers) through boto3's TypeSerializer, with the same result and the same errors as that alone."""
+    kind = type(value)
+    if kind is int:
+        if -_MAX_PLAIN_INT < value < _MAX_PLAIN_INT:
+            return {"N": str(value)}
+    elif (convert := _TO_WIRE.get(kind)) is not None:
+        return convert(value)
+    return dict(_serializer.serialize(_dynamodb_value(value)))
+
+
+_TO_WIRE: dict[type, Callable[[Any], dict[str, Any]]] = {
+    str: lambda value: {"S": value},
+    bool: lambda value: {"BOOL": value},
+    type(None): lambda value: {"NULL": True},
+    dict: lambda value: {"M": {key: _to_wire(v) for key, v in value.items()}},
+    list: lambda value: {"L": [_to_wire(v) for v in value]},
+}
 
 
 def condition_failed(error: ClientError) -> bool:
