@@ -156,6 +156,8 @@ def _invoke(world: World, index: int, messages: list[dict[str, Any]]) -> None:
 
     def invocation() -> None:
         try:
+            if world.faults.failing_invocation():
+                raise RuntimeError("Runtime.ImportModuleError: the deployment cannot start")
             outcome["response"] = environment.worker.handle(event, SimLambdaContext(scheduler.clock, deadline))
         except Exception as error:  # a function error: Lambda deletes nothing
             outcome["error"] = error

@@ -47,6 +47,10 @@ class FaultPlan:
     outage_end: float = 0.0
     outage_rate: float = 0.0
     index_lag_seconds: float = 0.0
+    # A window in which every invocation fails before the worker's handler runs (a deployment whose code cannot start):
+    # long enough for the queue to dead-letter what it keeps handing out, unseen by the worker.
+    failing_start: float = 0.0
+    failing_end: float = 0.0
     quiet_after: float = float("inf")
 
     @classmethod
@@ -81,6 +85,15 @@ class FaultPlan:
     def calm(cls) -> FaultPlan:
         return cls()
 
+    def draw_failing_deployment(self, rng: random.Random, *, start: float, dead_letter_seconds: float) -> None:
+        """In one seed of ten, a failing deployment from a moment in the first ten minutes, for a little longer than the
+        queue takes to dead-letter a message (maxReceiveCount visibility timeouts). Faults go on until it ends."""
+        if rng.random() >= 0.1:
+            return
+        self.failing_start = start + rng.uniform(0.0, 600.0)
+        self.failing_end = self.failing_start + rng.uniform(1.0, 1.3) * dead_letter_seconds
+        self.quiet_after = max(self.quiet_after, self.failing_end)
+
 
 class FaultLog:
     """The faults injected, by kind, and the decisions taken from the seed."""
@@ -108,6 +121,13 @@ class FaultLog:
         if service != "dynamodb" or not plan.outage_start <= self.scheduler.now < plan.outage_end:
             return False
         return self.happens("outage", plan.outage_rate)
+
+    def failing_invocation(self) -> bool:
+        plan = self.plan
+        if not plan.failing_start <= self.scheduler.now < plan.failing_end:
+            return False
+        self.counts["failing_invocation"] += 1
+        return True
 
     def choose_kill(self, actor: Actor) -> str | None:
         if self.mortal(actor) and self.happens("crash", self.plan.crash):

@@ -182,7 +182,7 @@ def _drain_past_missing_jobs() -> contextlib.AbstractContextManager[None]:
 def _halting_park_leaves_pending_index(operation: str, request: dict[str, Any]) -> dict[str, Any] | None:
     """A park that halts the workspace (a redrive from the DLQ) takes the job out of the pending index, as every
     other park does: a job behind it claimed a moment before, while the workspace was ACTIVE, finds nothing unsettled
-    ahead and runs (the bug the simulation found: seeds 9656, 10775, 15523)."""
+    ahead and runs (the bug the simulation found: seeds 9656, 15523)."""
     if operation != "transact_write_items":
         return None
     actions = []

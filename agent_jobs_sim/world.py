@@ -81,6 +81,7 @@ class Rngs:
         self.scheduler, self.faults, self.sqs, self.workload, self.agents, self.operator, self.product = (
             random.Random(root.getrandbits(64)) for _ in range(7)
         )
+        self.incidents = random.Random(root.getrandbits(64))
 
 
 class SimBatchWorker(BatchWorker):
@@ -218,6 +219,10 @@ def build_world(seed: int, config: SimConfig) -> World:
         if config.faults
         else FaultPlan.calm()
     )
+    if config.faults:
+        plan.draw_failing_deployment(
+            rngs.incidents, start=START, dead_letter_seconds=plan_of.max_receive_count * _visibility_seconds(plan_of)
+        )
     faults = FaultLog(plan, rngs.faults, scheduler)
     sqs = SimSQS(scheduler.clock, rngs.sqs)
     # botocore checks each request against its model, as a real client does; the differential tests keep that on.
@@ -348,13 +353,17 @@ def _product_patched(world: World) -> Iterator[None]:
         SimExecutor.scheduler = None
 
 
+def _visibility_seconds(blueprint: Blueprint) -> float:
+    return float(blueprint.queue_attributes.get("VisibilityTimeout", blueprint.timeout_seconds))
+
+
 def liveness_bound(world: World) -> float:
     """How long after faults stop the world has to settle: LIVENESS_BOUND_SECONDS, plus, for the workspace with the
     most jobs that kill every invocation running them, the time the product takes to give each up: a killer is
     claimed up to max_claims times, one visibility timeout apart, before it is DEAD (its workspace's jobs wait
     behind it, one killer after another)."""
     blueprint = world.blueprint
-    visibility = float(blueprint.queue_attributes.get("VisibilityTimeout", blueprint.timeout_seconds))
+    visibility = _visibility_seconds(blueprint)
     killers = max((len(plan.killers) for plan in world.workload.workspaces), default=0)
     return LIVENESS_BOUND_SECONDS + killers * (blueprint.settings.max_claims + 1) * visibility
 
