@@ -139,6 +139,21 @@ class Scheduler:
             self.on_kill(process, cause)
         raise Crash(cause)
 
+    def close(self) -> None:
+        """End the run: every actor still suspended unwinds now (its process dies, no one is told), so that nothing
+        keeps the world alive after it (a suspended greenlet holds its frames)."""
+        for actor in self.actors:
+            if actor.done:
+                continue
+            if not actor.process.dead:
+                actor.process.dead = True
+                actor.process.cause = "the simulation ended"
+            try:
+                self._throw(actor)
+            except SimulationError:  # what an actor raises while dying no longer matters
+                actor.done = True
+        self.actors = []
+
     def run(self, *, finished: Callable[[], bool], until: float, max_steps: int) -> bool:
         """Step actors until `finished()` (checked whenever nothing is ready), the clock passes `until`, or
         `max_steps`; True if finished."""

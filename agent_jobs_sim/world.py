@@ -387,6 +387,8 @@ def simulate(seed: int, config: SimConfig | None = None) -> SimResult:
         except SimulationError as error:
             cause = error.__cause__
             violation = str(cause) if isinstance(cause, Violation) else f"the world broke: {error}"
+        finally:
+            world.scheduler.close()
     trace = world.scheduler.trace
     trace.update(repr((sorted(world.calls.items()), violation)).encode())
     return SimResult(

@@ -116,3 +116,27 @@ def test_an_actor_that_raises_breaks_the_world_loudly():
     scheduler.spawn("broken", broken, Process("p"))
     with pytest.raises(SimulationError, match="a bug in the world"):
         scheduler.run(finished=lambda: True, until=10.0, max_steps=10)
+
+
+def test_closing_unwinds_every_suspended_actor_so_nothing_keeps_the_world_alive():
+    scheduler = Scheduler(random.Random(0), start=0.0)
+    unwound: list[str] = []
+
+    def forever(name: str) -> None:
+        try:
+            while True:
+                scheduler.sleep(60.0)
+        finally:
+            unwound.append(name)
+
+    actors = [scheduler.spawn(name, functools.partial(forever, name), Process(name)) for name in ("poller", "operator")]
+    never_started = scheduler.spawn("late", functools.partial(forever, "late"), Process("late"), delay=1e9)
+    assert not scheduler.run(finished=lambda: False, until=300.0, max_steps=1_000)
+    assert all(actor.coroutine is not None and not actor.coroutine.dead for actor in actors)  # suspended
+
+    scheduler.close()
+
+    assert sorted(unwound) == ["operator", "poller"]
+    assert all(actor.done and actor.coroutine is not None and actor.coroutine.dead for actor in actors)
+    assert never_started.done
+    assert scheduler.actors == []
