@@ -134,6 +134,12 @@ def run_poller(world: World, index: int) -> None:
         ).get("Messages", [])
         if world.holds_messages(world.dlq_url):  # the receive may have moved messages there: the DLQ alarm
             world.alarm()
+        for message in messages:
+            early = world.faults.visible_early()
+            if early is not None:  # it comes back while this invocation may still run it
+                sqs.change_message_visibility(
+                    QueueUrl=world.queue_url, ReceiptHandle=message["ReceiptHandle"], VisibilityTimeout=int(early)
+                )
         if not messages:
             world.idle_pollers.add(scheduler.current)
             wake = sqs.next_timer()

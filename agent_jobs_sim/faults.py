@@ -51,6 +51,10 @@ class FaultPlan:
     # long enough for the queue to dead-letter what it keeps handing out, unseen by the worker.
     failing_start: float = 0.0
     failing_end: float = 0.0
+    # How far an execution environment's clock may be off the world's, either way (seconds).
+    clock_skew: float = 0.0
+    # The share of job runs that take a good part of an invocation's time (up to 90% of its timeout).
+    slow_jobs: float = 0.0
     quiet_after: float = float("inf")
 
     @classmethod
@@ -85,6 +89,12 @@ class FaultPlan:
     def calm(cls) -> FaultPlan:
         return cls()
 
+    def draw_clock_faults(self, rng: random.Random) -> None:
+        """Environments' clocks off by up to a second, or ten, in some seeds; and how often a message becomes visible
+        again while its invocation still runs (`early_visibility`, drawn with the other faults) keeps its draw."""
+        self.clock_skew = rng.choice((0.0, 0.0, 1.0, 10.0))
+        self.slow_jobs = rng.choice((0.0, 0.1, 0.3))
+
     def draw_failing_deployment(self, rng: random.Random, *, start: float, dead_letter_seconds: float) -> None:
         """In one seed of ten, a failing deployment from a moment in the first ten minutes, for a little longer than the
         queue takes to dead-letter a message (maxReceiveCount visibility timeouts). Faults go on until it ends."""
@@ -98,11 +108,15 @@ class FaultPlan:
 class FaultLog:
     """The faults injected, by kind, and the decisions taken from the seed."""
 
-    def __init__(self, plan: FaultPlan, rng: random.Random, scheduler: Scheduler) -> None:
+    def __init__(
+        self, plan: FaultPlan, rng: random.Random, scheduler: Scheduler, *, incident_rng: random.Random | None = None
+    ) -> None:
         self.plan = plan
         self.rng = rng
         self.scheduler = scheduler
         self.counts: collections.Counter[str] = collections.Counter()
+        # Faults added later draw from their own stream, so that adding them left the others' draws alone.
+        self.incident_rng = incident_rng or random.Random(0)
         # Processes the plan may kill (environments and agents; never the platform's own pollers).
         self.mortal: Callable[[Actor], bool] = lambda actor: False
 
@@ -121,6 +135,23 @@ class FaultLog:
         if service != "dynamodb" or not plan.outage_start <= self.scheduler.now < plan.outage_end:
             return False
         return self.happens("outage", plan.outage_rate)
+
+    def visible_early(self) -> float | None:
+        """Seconds after which a message just received becomes visible again, while its invocation may still run (a
+        visibility timeout shorter than the invocation's), or None. Drawn from its own stream."""
+        if self.plan.early_visibility <= 0.0 or not self.active:
+            return None
+        if self.incident_rng.random() >= self.plan.early_visibility:
+            return None
+        self.counts["early_visibility"] += 1
+        return self.incident_rng.uniform(1.0, 120.0)
+
+    def slow_job(self, timeout_seconds: float) -> float:
+        """How long a job run takes before it does anything (0.0 for most runs). Drawn from its own stream."""
+        if self.plan.slow_jobs <= 0.0 or not self.active or self.incident_rng.random() >= self.plan.slow_jobs:
+            return 0.0
+        self.counts["slow_job"] += 1
+        return self.incident_rng.uniform(0.1, 1.0) * timeout_seconds
 
     def failing_invocation(self) -> bool:
         plan = self.plan

@@ -173,7 +173,7 @@ def _no_predecessor_check() -> contextlib.AbstractContextManager[None]:
 
 def _drain_past_missing_jobs() -> contextlib.AbstractContextManager[None]:
     """A resume's drain runs parked jobs without looking for jobs accepted ahead of them that left the queue unsettled
-    (the bug the simulation found: seeds 127, 161, 245, 383, 409)."""
+    (the bug the simulation found: seed 127)."""
     from job_worker.worker.drain import Draining
 
     return swapped(Draining, "_halted_behind_missing_jobs", lambda self, marker, job: False)
@@ -182,7 +182,7 @@ def _drain_past_missing_jobs() -> contextlib.AbstractContextManager[None]:
 def _halting_park_leaves_pending_index(operation: str, request: dict[str, Any]) -> dict[str, Any] | None:
     """A park that halts the workspace (a redrive from the DLQ) takes the job out of the pending index, as every
     other park does: a job behind it claimed a moment before, while the workspace was ACTIVE, finds nothing unsettled
-    ahead and runs (the bug the simulation found: seeds 9656, 15523)."""
+    ahead and runs (the bug the simulation found: seed 9656)."""
     if operation != "transact_write_items":
         return None
     actions = []

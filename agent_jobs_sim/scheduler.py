@@ -36,6 +36,8 @@ class Process:
     deadline: float | None = None
     dead: bool = False
     cause: str = ""
+    # How far its clock is ahead of the world's (behind when negative): execution environments' clocks differ.
+    skew: float = 0.0
 
 
 @dataclass(eq=False)
@@ -79,6 +81,11 @@ class Scheduler:
 
     def clock(self) -> float:
         return self.now
+
+    def local_clock(self) -> float:
+        """The time the running actor's own process reads: the world's, plus its process's skew."""
+        actor = self.current
+        return self.now + (actor.process.skew if actor is not None else 0.0)
 
     def spawn(self, name: str, run: Callable[[], None], process: Process, *, delay: float = 0.0) -> Actor:
         actor = Actor(name=name, process=process, run=run, wake_at=self.now + delay)

@@ -82,6 +82,8 @@ class Rngs:
             random.Random(root.getrandbits(64)) for _ in range(7)
         )
         self.incidents = random.Random(root.getrandbits(64))
+        self.clocks = random.Random(root.getrandbits(64))
+        self.visibility = random.Random(root.getrandbits(64))
 
 
 class SimBatchWorker(BatchWorker):
@@ -161,7 +163,8 @@ class World:
         worker.counts = self.counts
         worker.world = self
         self.counts["cold_starts"] += 1
-        return actors.Environment(Process(f"env-{self._environment_count}"), worker)
+        skew = self.rngs.clocks.uniform(-1.0, 1.0) * self.faults.plan.clock_skew
+        return actors.Environment(Process(f"env-{self._environment_count}", skew=skew), worker)
 
     def accepted(self, *, created: bool) -> None:
         self.counts["accepted" if created else "repeats_answered"] += 1
@@ -223,7 +226,8 @@ def build_world(seed: int, config: SimConfig) -> World:
         plan.draw_failing_deployment(
             rngs.incidents, start=START, dead_letter_seconds=plan_of.max_receive_count * _visibility_seconds(plan_of)
         )
-    faults = FaultLog(plan, rngs.faults, scheduler)
+        plan.draw_clock_faults(rngs.clocks)
+    faults = FaultLog(plan, rngs.faults, scheduler, incident_rng=rngs.visibility)
     sqs = SimSQS(scheduler.clock, rngs.sqs)
     # botocore checks each request against its model, as a real client does; the differential tests keep that on.
     dynamodb = SimDynamoDB(scheduler.clock, index_lag=faults.index_lag, check_parameters=False)
@@ -256,6 +260,7 @@ def build_world(seed: int, config: SimConfig) -> World:
         plan_of.table_name,
         on_job_write=oracle.on_job_write,
         rewrite=plant.rewrite if plant is not None else None,
+        on_stale_write=oracle.on_stale_write,
     )
     product_dynamodb: Any = FaultyClient(watched, "dynamodb", faults, calls=calls)
     woken: list[World] = []  # the world, once built: a send wakes its idle pollers (a long poll answers at once)
@@ -273,7 +278,7 @@ def build_world(seed: int, config: SimConfig) -> World:
         max_attempts=settings.max_attempts,
         max_claims=settings.max_claims,
         ttl_days=settings.job_ttl_days,
-        clock=lambda: int(scheduler.now * 1000),
+        clock=lambda: int(scheduler.local_clock() * 1000),  # each environment's own clock, skewed
     )
     services = Services(
         settings=settings,
@@ -329,6 +334,9 @@ def _product_patched(world: World) -> Iterator[None]:
     original_run_job = getattr(worker_running, "run_job")  # noqa: B009 - the name the worker calls, swapped below
 
     def run_job(job: Any, context: Any) -> Any:
+        duration = world.faults.slow_job(world.blueprint.timeout_seconds)
+        if duration:  # a large repository, a slow remote: the job takes a good part of the invocation's time
+            world.scheduler.sleep(duration)
         try:
             return original_run_job(job, context)
         except Exception:
