@@ -185,6 +185,8 @@ class Scheduler:
                 self.kill(actor.process, "timeout")
                 continue
             cause = self.choose_kill(actor) if actor.started else None
+            if cause is None and deadline is not None and self.now >= deadline:
+                cause = "timeout"  # a stall carried the clock past the deadline: the platform kills the process
             if cause is not None:
                 self.kill(actor.process, cause)
                 continue

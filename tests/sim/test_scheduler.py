@@ -77,6 +77,30 @@ def test_a_process_dies_at_its_deadline():
     assert max(seen) < 5.0
 
 
+def test_a_stall_that_carries_the_clock_past_the_deadline_kills_the_process_before_its_next_step():
+    scheduler = Scheduler(random.Random(0), start=0.0)
+    process = Process("env", deadline=5.0)
+    seen: list[float] = []
+
+    def worker() -> None:
+        while True:
+            seen.append(scheduler.now)
+            scheduler.pause()
+
+    def stall(actor: object) -> str | None:
+        if len(seen) == 2:  # a long pause just before the third step
+            scheduler.now = 30.0
+        return None
+
+    scheduler.spawn("worker", worker, process)
+    scheduler.choose_kill = stall
+    assert scheduler.run(finished=lambda: True, until=60.0, max_steps=100)
+    assert process.dead
+    assert process.cause == "timeout"
+    assert len(seen) == 2  # the step after the stall never ran
+    assert max(seen) < 5.0
+
+
 def test_group_threads_die_with_their_invocation():
     scheduler = Scheduler(random.Random(2), start=0.0)
     SimExecutor.scheduler = scheduler
