@@ -156,9 +156,9 @@ def test_the_same_resume_again_is_already_resuming_and_a_decided_job_points_to_t
 @pytest.mark.parametrize(
     ("record", "halting", "words"),
     [
-        (job(JobStatus.QUEUED), "j1", "redrive it"),
-        (job(JobStatus.FAILED), "j1", "redrive it"),
-        (job(JobStatus.IN_FLIGHT), "j1", "redrive it"),
+        (job(JobStatus.QUEUED), "j1", "is QUEUED and not settled yet"),
+        (job(JobStatus.FAILED), "j1", "is FAILED and not settled yet"),
+        (job(JobStatus.IN_FLIGHT), "j1", "redrive it from there"),
         (job(JobStatus.REJECTED), "j1", "rejected message"),
         (None, "msg#m1", "rejected message"),
         (job(JobStatus.DEAD), "j1", "no stored message"),

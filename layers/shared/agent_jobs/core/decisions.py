@@ -144,9 +144,10 @@ def retry_refusal(job: JobRecord | None, *, halting_job_id: str, workspace_id: s
     status = job.status if job else None
     if status in UNSETTLED:
         return (
-            f"job '{halting_job_id}' never reached the worker and its message is not in the table: redrive it"
-            f" from the dead-letter queue (agent-jobs dlq redrive --workspace {workspace_id}), which parks it,"
-            " then retry it; or resume with decision 'skip'"
+            f"job '{halting_job_id}' is {status} and not settled yet: its message is either still on the queue, where"
+            " a worker settles it (it runs, or becomes DEAD), or in the dead-letter queue: redrive it from there"
+            f" (agent-jobs dlq redrive --workspace {workspace_id}), which parks it; then retry it, or resume with"
+            " decision 'skip'"
         )
     if halting_job_id.startswith("msg#") or status is JobStatus.REJECTED:
         return f"'{halting_job_id}' is a rejected message and cannot run; resume with decision 'skip'"
