@@ -268,13 +268,15 @@ def _resume(world: World, plan: WorkspacePlan) -> None:
     del world.unfinished_resumes[plan.workspace_id]
     world.counts[f"resume_{result.outcome.name.lower()}"] += 1
     if result.outcome.name == "RETRY_REFUSED":
-        # As the refusal says: a job that never reached the worker is redriven from the DLQ (next round), then
-        # retried; one that cannot run again (a rejected message, no stored body) is skipped.
+        # As the refusal says: a job not settled yet is left to the queue, or redriven from the DLQ (next round), and
+        # retried after; only one that cannot run again (a rejected message, a DEAD job without its stored message)
+        # is skipped. Read again now: the job may have settled since the refusal (a worker made it DEAD meanwhile).
         job = guard.get_job(plan.tenant_id, halting) if not halting.startswith("msg#") else None
-        unsettled = job is not None and job.get("status") in ("QUEUED", "FAILED", "IN_FLIGHT")
+        status = None if job is None else job.get("status")
+        cannot_run = status in (None, "REJECTED") or (status == "DEAD" and not job.get("body"))  # type: ignore[union-attr]
         world.unfinished_resumes[plan.workspace_id] = (
             halting,
-            ResumeDecision.RETRY if unsettled else ResumeDecision.SKIP,
+            ResumeDecision.SKIP if cannot_run else ResumeDecision.RETRY,
         )
 
 
