@@ -136,6 +136,8 @@ def run_poller(world: World, index: int) -> None:
             world.alarm()
         for message in messages:
             early = world.faults.visible_early()
+            if early is None:
+                early = world.faults.visibility_cut_short()
             if early is not None:  # it comes back while this invocation may still run it
                 sqs.change_message_visibility(
                     QueueUrl=world.queue_url, ReceiptHandle=message["ReceiptHandle"], VisibilityTimeout=int(early)

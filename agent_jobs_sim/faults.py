@@ -55,6 +55,9 @@ class FaultPlan:
     clock_skew: float = 0.0
     # The share of job runs that take a good part of an invocation's time (up to 90% of its timeout).
     slow_jobs: float = 0.0
+    # A queue whose visibility timeout is shorter than the worker's timeout (a stack deployed with the two out of
+    # step): every message received comes back after this many seconds, while a long job may still run it. 0: none.
+    short_visibility: float = 0.0
     quiet_after: float = float("inf")
 
     @classmethod
@@ -94,6 +97,11 @@ class FaultPlan:
         again while its invocation still runs (`early_visibility`, drawn with the other faults) keeps its draw."""
         self.clock_skew = rng.choice((0.0, 0.0, 1.0, 10.0))
         self.slow_jobs = rng.choice((0.0, 0.1, 0.3))
+
+    def draw_short_visibility(self, rng: random.Random, *, timeout_seconds: float) -> None:
+        """In one seed of ten, the queue's visibility timeout is a quarter to nine tenths of the worker's timeout."""
+        if rng.random() < 0.1:
+            self.short_visibility = rng.uniform(0.25, 0.9) * timeout_seconds
 
     def draw_failing_deployment(self, rng: random.Random, *, start: float, dead_letter_seconds: float) -> None:
         """In one seed of ten, a failing deployment from a moment in the first ten minutes, for a little longer than the
@@ -145,6 +153,14 @@ class FaultLog:
             return None
         self.counts["early_visibility"] += 1
         return self.incident_rng.uniform(1.0, 120.0)
+
+    def visibility_cut_short(self) -> float | None:
+        """Seconds after which a message just received becomes visible again in a seed whose queue's visibility
+        timeout is shorter than the worker's timeout, or None."""
+        if self.plan.short_visibility <= 0.0 or not self.active:
+            return None
+        self.counts["short_visibility"] += 1
+        return self.plan.short_visibility
 
     def slow_job(self, timeout_seconds: float) -> float:
         """How long a job run takes before it does anything (0.0 for most runs). Drawn from its own stream."""

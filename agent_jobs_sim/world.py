@@ -84,6 +84,7 @@ class Rngs:
         self.incidents = random.Random(root.getrandbits(64))
         self.clocks = random.Random(root.getrandbits(64))
         self.visibility = random.Random(root.getrandbits(64))
+        self.configuration = random.Random(root.getrandbits(64))
 
 
 class SimBatchWorker(BatchWorker):
@@ -227,6 +228,7 @@ def build_world(seed: int, config: SimConfig) -> World:
             rngs.incidents, start=START, dead_letter_seconds=plan_of.max_receive_count * _visibility_seconds(plan_of)
         )
         plan.draw_clock_faults(rngs.clocks)
+        plan.draw_short_visibility(rngs.configuration, timeout_seconds=plan_of.timeout_seconds)
     faults = FaultLog(plan, rngs.faults, scheduler, incident_rng=rngs.visibility)
     sqs = SimSQS(scheduler.clock, rngs.sqs)
     # botocore checks each request against its model, as a real client does; the differential tests keep that on.

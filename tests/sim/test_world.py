@@ -49,6 +49,7 @@ def test_seeds_pass_with_faults_at_every_step():
         "poison",
         "failing_invocation",
         "early_visibility",
+        "short_visibility",
         "slow_job",
     }
     assert kinds <= set(report.faults)
