@@ -156,6 +156,16 @@ def _no_last_delivery_parking() -> contextlib.AbstractContextManager[None]:
     return swapped(LastDeliveryParking, "_park_last_deliveries", lambda self, records, failures: set())
 
 
+@contextlib.contextmanager
+def _no_last_delivery_parking_unguarded() -> Iterator[None]:
+    """(f) with the predecessor check of (h) taken out too. The product has two defences against a job dead-lettered
+    after a worker saw it: parking it near its last delivery, and the check for unsettled jobs ahead of each claimed
+    one. Either alone keeps the order, so (f) shows only once (h) is gone too; a seed that fails here and passes with
+    (h) alone is a violation that the last-delivery parking prevents."""
+    with _no_last_delivery_parking(), _no_predecessor_check():
+        yield
+
+
 def _trusting_drain() -> contextlib.AbstractContextManager[None]:
     """(g) The drain takes the parked index as it is, however far it lags behind the parked count."""
     original = DrainStore.list_parked
@@ -173,7 +183,7 @@ def _no_predecessor_check() -> contextlib.AbstractContextManager[None]:
 
 def _drain_past_missing_jobs() -> contextlib.AbstractContextManager[None]:
     """A resume's drain runs parked jobs without looking for jobs accepted ahead of them that left the queue unsettled
-    (the bug the simulation found: seed 127)."""
+    (a bug the simulation found; tests/sim/test_world.py keeps a seed that shows it)."""
     from job_worker.worker.drain import Draining
 
     return swapped(Draining, "_halted_behind_missing_jobs", lambda self, marker, job: False)
@@ -182,7 +192,7 @@ def _drain_past_missing_jobs() -> contextlib.AbstractContextManager[None]:
 def _halting_park_leaves_pending_index(operation: str, request: dict[str, Any]) -> dict[str, Any] | None:
     """A park that halts the workspace (a redrive from the DLQ) takes the job out of the pending index, as every
     other park does: a job behind it claimed a moment before, while the workspace was ACTIVE, finds nothing unsettled
-    ahead and runs (the bug the simulation found: seed 9656)."""
+    ahead and runs (a bug the simulation found; tests/sim/test_world.py keeps a seed that shows it)."""
     if operation != "transact_write_items":
         return None
     actions = []
@@ -210,6 +220,10 @@ PLANTS: dict[str, Plant] = {
     "past-failure": Plant("(d) a group processed past its first failure", patch=_whole_batch_processor),
     "no-last-delivery-park": Plant(
         "(f) dead-lettering without parking near the last delivery", patch=_no_last_delivery_parking
+    ),
+    "no-last-delivery-park-unguarded": Plant(
+        "(f) dead-lettering without parking near the last delivery, and no predecessor check either",
+        patch=_no_last_delivery_parking_unguarded,
     ),
     "trusting-drain": Plant("(g) a drain that trusts a lagging index", patch=_trusting_drain),
     "no-predecessor-check": Plant(
