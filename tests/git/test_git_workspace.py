@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from dulwich.client import get_transport_and_path
+from dulwich.objects import Blob as GitBlob
 from dulwich.objects import Commit as GitCommit
 from dulwich.objects import ObjectID
 from dulwich.refs import Ref
@@ -429,6 +430,29 @@ def test_git_workspace_a_worker_killed_while_updating_its_cache_leaves_no_lastin
     # Then they apply: the lock file had no live writer
     assert branch_job_ids(remote) == ["job-1", "job-2", "job-3"]
     assert not list((cache / "refs").rglob("*.lock"))
+
+
+def test_git_workspace_a_worker_killed_while_writing_an_object_to_its_cache_leaves_no_lasting_lock(
+    remote: Path, make_store: StoreFactory
+) -> None:
+    # Given a worker killed while it wrote the blob of job-2's journal into its cache (git writes an object to a lock
+    # file, then renames it): the lock file stays, and a retry of job-2 writes the same object, of the same name
+    store = make_store("worker-1")
+    apply_patch.run(apply_patch_job("job-1", append_line(1)), context(store.open("ws-1")))
+    cache = store.open("ws-1").cache_path
+    blob = GitBlob.from_string(b"job 1\njob 2\n").id.decode()
+    (cache / "objects" / blob[:2]).mkdir(exist_ok=True)
+    (cache / "objects" / blob[:2] / f"{blob[2:]}.lock").write_bytes(b"half an object")
+
+    # When the same execution environment runs job-2 again, and the job after it
+    for n in (2, 3):
+        apply_patch.run(apply_patch_job(f"job-{n}", append_line(n)), context(store.open("ws-1")))
+
+    # Then they apply, with the object whole in the cache: the lock file had no live writer
+    assert branch_job_ids(remote) == ["job-1", "job-2", "job-3"]
+    assert not list(cache.rglob("*.lock"))
+    with Repo(str(cache)) as repo:
+        assert repo.object_store[ObjectID(blob.encode())].as_raw_string() == b"job 1\njob 2\n"
 
 
 def test_apply_patch_handler_racing_workers_in_threads_make_one_commit_per_job(

@@ -45,7 +45,7 @@ def open_cache(cache_path: Path, after_use: Callable[[], None] | None = None) ->
                     Repo.init_bare(staging).close()
                     shutil.rmtree(cache_path, ignore_errors=True)
                     staging.rename(cache_path)
-                _clear_stale_ref_locks(cache_path)
+                _clear_stale_locks(cache_path)
                 with closing(Repo(str(cache_path))) as repo, large_object_scope():
                     yield repo
             finally:
@@ -57,13 +57,14 @@ def open_cache(cache_path: Path, after_use: Callable[[], None] | None = None) ->
             after_use()
 
 
-def _clear_stale_ref_locks(cache_path: Path) -> None:
-    """Remove the `.lock` files of the cache's refs. A process killed while it updated a ref of the cache (an
-    invocation that crashed or timed out, taking every job it held with it; /tmp outlives the process in Lambda)
-    leaves the ref's lock file behind, and every later update of that ref would fail. Every writer of the cache
-    holds the lock `open_cache` holds now, so a lock file found here has no live writer."""
-    stale = [*(cache_path / "refs").rglob("*.lock"), cache_path / "packed-refs.lock"]
-    for path in stale:
+def _clear_stale_locks(cache_path: Path) -> None:
+    """Remove the `.lock` files inside the cache. git and dulwich write a ref, `packed-refs`, a loose object or a pack's
+    index to `<name>.lock` and rename it into place; a process killed in between (an invocation that crashed or timed
+    out, taking every job it held with it; /tmp outlives the process in Lambda) leaves the lock file behind, and every
+    later write of that name would fail: a ref's next update, or the same object written again by the job's retry.
+    Every writer of the cache holds the lock `open_cache` holds now, so a lock file found here has no live writer. (No
+    ref or object is itself named `*.lock`: git forbids it.)"""
+    for path in cache_path.rglob("*.lock"):
         path.unlink(missing_ok=True)
 
 
