@@ -52,6 +52,9 @@ class Oracle:
     violations: list[str] = field(default_factory=list)
     # The runs of each job under way: (the process running it, its lease owner).
     runs: dict[str, list[tuple[Process, str]]] = field(default_factory=dict)
+    # Each lease taken: its owner → the clock of the process that took it, read as it took it (None: not a process of
+    # the world's, e.g. a set-up write).
+    takeovers: dict[str, float | None] = field(default_factory=dict)
     moves: frozenset[tuple[str | None, str]] = field(default_factory=allowed_job_moves)
 
     def fail(self, message: str) -> None:
@@ -107,7 +110,9 @@ class Oracle:
         """A job's handler is about to run under `lease`: the lease must be the record's, and no other run of the job
         may be under way in a live invocation."""
         record = self.record(job_key(lease.tenant_id, lease.job_id)) or {}
-        if record.get("status") != "IN_FLIGHT" or record.get("leaseOwner") != lease.owner:
+        if record.get("status") != "IN_FLIGHT" or (
+            record.get("leaseOwner") != lease.owner and not self._taken_after_expiry(record, lease)
+        ):
             self.fail(f"{lease.job_id} ran without holding its lease (its record is {record.get('status')})")
         for other, _ in self.runs.get(lease.job_id, []):
             if other.dead or (other.deadline is not None and now >= other.deadline):
@@ -119,6 +124,17 @@ class Oracle:
                 continue
             self.fail(f"{lease.job_id} ran in two invocations at once ({other.name} and {process.name})")
         self.runs.setdefault(lease.job_id, []).append((process, lease.owner))
+
+    def lease_taken(self, pk: str, owner: str, actor: Any, now: float) -> None:
+        """A write gave the job `pk` a new lease owner: remember the clock of the process that wrote it."""
+        self.takeovers[owner] = None if actor is None else now + actor.process.skew
+
+    def _taken_after_expiry(self, record: dict[str, Any], lease: Lease) -> bool:
+        """The job's lease is another's now, taken over by a process whose own clock read past `lease`'s expiry: a
+        process whose clock is ahead takes a lease over while its holder, by its own clock, still has time left (clock
+        skew, which no lease survives: fencing keeps the records right, the remote's compare-and-swap the effect)."""
+        taken_at = self.takeovers.get(str(record.get("leaseOwner")))
+        return taken_at is not None and taken_at * 1000 >= lease.expires_at_ms
 
     def after_failed_claim(self, tenant_id: str, job_id: str, now: float) -> None:
         """The worker's claim-and-run of a job raised (its process alive): a lease left IN_FLIGHT with no run of the

@@ -50,12 +50,14 @@ class WatchedTable:
         on_job_write: Callable[[str, tuple[str | None, int] | None, tuple[str | None, int] | None], None],
         rewrite: Callable[[str, dict[str, Any]], dict[str, Any] | None] | None = None,
         on_stale_write: Callable[[str, str, str | None], None] = lambda pk, owner, holder: None,
+        on_lease_taken: Callable[[str, str], None] = lambda pk, owner: None,
     ) -> None:
         self._table = table
         self._name = table_name
         self._on_job_write = on_job_write
         self._rewrite = rewrite
         self._on_stale_write = on_stale_write
+        self._on_lease_taken = on_lease_taken
 
     def _read(self, pk: str) -> tuple[str | None, int] | None:
         """The record's status and the length of its history (wire format: nothing converted)."""
@@ -78,10 +80,14 @@ class WatchedTable:
             if self._rewrite is not None:
                 kwargs = self._rewrite(name, kwargs) or kwargs
             before = {pk: self._read(pk) for pk in _keys(name, kwargs) if pk.startswith("job#")}
+            owners = {pk: self._holder(pk) for pk in before}
             holders = {pk: self._holder(pk) for pk, _ in held}
             answer = method(**kwargs)
             for pk, old in before.items():
                 self._on_job_write(pk, old, self._read(pk))
+                owner = self._holder(pk)
+                if owner is not None and owner != owners[pk]:
+                    self._on_lease_taken(pk, owner)
             for pk, owner in held:
                 if holders[pk] != owner and self._read(pk) != before.get(pk):
                     self._on_stale_write(pk, owner, holders[pk])

@@ -263,6 +263,7 @@ def build_world(seed: int, config: SimConfig) -> World:
         on_job_write=oracle.on_job_write,
         rewrite=plant.rewrite if plant is not None else None,
         on_stale_write=oracle.on_stale_write,
+        on_lease_taken=lambda pk, owner: oracle.lease_taken(pk, owner, scheduler.current, scheduler.now),
     )
     product_dynamodb: Any = FaultyClient(watched, "dynamodb", faults, calls=calls)
     woken: list[World] = []  # the world, once built: a send wakes its idle pollers (a long poll answers at once)

@@ -154,3 +154,11 @@ def test_seeds_that_found_a_redrive_race_fail_with_it_and_pass_without(seed):
     assert "is PARKED and never took effect" in broken.violation
     result = simulate(seed)
     assert result.passed, result.violation
+
+
+def test_a_seed_whose_lease_was_taken_over_by_a_clock_ahead_before_its_holder_ran_passes():
+    # Seed 15667: an environment whose clock was 8.7 s ahead took a job's lease over, its expiry passed by its own
+    # clock, in the 11 s the holder (its clock 2.6 s behind) had left, between the holder's claim and its run. Clock
+    # skew, which no lease survives: the oracle once reported the holder's run as one without a lease.
+    result = simulate(15667)
+    assert result.passed, result.violation

@@ -1,0 +1,99 @@
+"""The oracle's check as a job starts to run: the run must hold the job's lease, unless a process whose own clock had
+passed the lease's expiry took it over (clock skew between execution environments, which no lease survives)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from agent_jobs.guard import JobGuard, Lease
+from agent_jobs_sim.dynamodb import SimDynamoDB, create_tables_from_template
+from agent_jobs_sim.oracle import Oracle, Violation
+from agent_jobs_sim.scheduler import Process
+from agent_jobs_sim.watch import WatchedTable
+from agent_jobs_sim.workload import Workload
+from tests.conftest import make_message
+
+
+class World:
+    """One table under the oracle's watch, and the process whose actor makes the next write."""
+
+    def __init__(self) -> None:
+        self.now = 1_000.0
+        self.table = SimDynamoDB(lambda: self.now)
+        self.name = create_tables_from_template(self.table)
+        self.oracle = Oracle(workload=Workload(workspaces=[]), table_name=self.name, dynamodb=self.table)
+        self.writer = SimpleNamespace(process=Process("nobody"))
+        self.watched = WatchedTable(
+            self.table,
+            self.name,
+            on_job_write=lambda pk, old, new: None,
+            on_lease_taken=lambda pk, owner: self.oracle.lease_taken(pk, owner, self.writer, self.now),
+        )
+
+    def guard_of(self, process: Process) -> JobGuard:
+        return JobGuard(self.watched, self.name, clock=lambda: int((self.now + process.skew) * 1000))  # type: ignore[arg-type]
+
+    def claim(self, process: Process) -> Lease:
+        self.writer = SimpleNamespace(process=process)
+        message = make_message("j1")
+        claim = self.guard_of(process).claim(message, message_id="m1", sequence_number="1", remaining_ms=10_000)
+        assert claim.lease is not None
+        return claim.lease
+
+    def take_without_waiting(self, process: Process) -> None:
+        """A broken claim: the lease written over whatever holds it (as a read-then-write claim would)."""
+        self.writer = SimpleNamespace(process=process)
+        self.watched.update_item(
+            TableName=self.name,
+            Key={"pk": {"S": "job#tenant-1#j1"}},
+            UpdateExpression="SET leaseOwner = :owner",
+            ExpressionAttributeValues={":owner": {"S": "b" * 32}},
+        )
+
+
+def runs(world: World, lease: Lease, process: Process) -> Any:
+    world.oracle.run_started(lease, process, world.now)
+    return world.oracle.runs[lease.job_id]
+
+
+def test_a_run_that_holds_its_lease_is_recorded():
+    world = World()
+    holder = Process("env-a")
+    lease = world.claim(holder)
+    assert runs(world, lease, holder) == [(holder, lease.owner)]
+
+
+def test_a_lease_taken_over_by_a_clock_already_past_its_expiry_is_not_a_violation():
+    # A claimed with 10 s left by its own clock; 3 s later B, whose clock is 8 s ahead, reads 11 s past A's claim and
+    # takes the expired lease over fairly, before A's handler started.
+    world = World()
+    holder, ahead = Process("env-a"), Process("env-b", skew=8.0)
+    lease = world.claim(holder)
+    world.now += 3
+    taken = world.claim(ahead)
+    assert taken.owner != lease.owner
+    assert runs(world, lease, holder) == [(holder, lease.owner)]
+
+
+def test_a_lease_taken_over_before_it_ran_out_by_the_takers_clock_is_a_violation():
+    world = World()
+    holder, other = Process("env-a"), Process("env-b", skew=8.0)
+    lease = world.claim(holder)
+    world.now += 1  # the other's clock reads 1,009: A's lease runs to 1,010
+    world.take_without_waiting(other)
+    with pytest.raises(Violation, match="ran without holding its lease"):
+        world.oracle.run_started(lease, holder, world.now)
+
+
+def test_a_lease_whose_record_left_in_flight_is_a_violation_whoever_took_it():
+    world = World()
+    holder, ahead = Process("env-a"), Process("env-b", skew=8.0)
+    lease = world.claim(holder)
+    world.now += 3
+    taken = world.claim(ahead)
+    assert world.guard_of(ahead).complete(taken, {"ok": True})
+    with pytest.raises(Violation, match="its record is SUCCEEDED"):
+        world.oracle.run_started(lease, holder, world.now)
