@@ -1,7 +1,7 @@
 """apply_patch: commit the agent's patch on the workspace branch, exactly once per jobId.
 
-A git workspace does the whole job itself (`GitWorkspace.apply_once`: one fetch on its happy path); a folder workspace
-is driven here, through the `Workspace` protocol.
+A git workspace does the whole job itself (`GitWorkspace.apply_once`: one push on a warm cache's happy path); a
+folder workspace is driven here, through the `Workspace` protocol.
 """
 
 from __future__ import annotations

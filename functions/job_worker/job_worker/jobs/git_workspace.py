@@ -8,8 +8,10 @@ A `GitWorkspace` is one branch of one remote (a local path, a `file://` URL or a
 - the remote branch moves only by compare-and-swap (`jobs.git.transport`). A stale worker gets `HeadMovedError` and
   the branch stays where it is.
 
-An apply_patch job is one call, `apply_once`: one fetch, the job's trailer looked for on what it fetched
-(exactly-once), the patch applied to that head's tree and pushed by compare-and-swap; a refused push fetches again.
+An apply_patch job is one call, `apply_once`. On a warm cache it is one push: the job's trailer is looked for on the
+branch as the cache last saw it (exactly-once), the patch applied to that head's tree and pushed by compare-and-swap,
+so the remote itself decides whether the cache was current. Only a refused push (or a cold cache) fetches: the trailer
+is looked for again on what the fetch found, and the patch applied and pushed on that head.
 
 Heads, and the branch that does not exist yet. `head()` is the remote branch's commit. Before the first commit the
 branch does not exist: `head()` is then the base branch's commit, or `ROOT_HEAD` when the remote is empty, and a
@@ -212,28 +214,30 @@ class GitWorkspace:
     ) -> AppliedPatch:
         """Commit `patch` on the branch's head unless the branch has a commit of `job_id` already: an apply_patch job.
 
-        Each round fetches the branch once, looks for the job's trailer on it (a worker that crashed after pushing, or
-        a stale worker whose lease was taken over, finds its own commit and commits nothing), then commits on the head
-        it fetched (`commit`, by compare-and-swap). A push refused because the branch moved starts the next round,
-        which fetches again; after `races` rounds the branch kept moving, a RetryableJobError.
+        A warm cache first tries the branch as the cache last saw it (`_cached_branch`), without fetching: the job's
+        trailer looked for there, the patch committed on its head and pushed by compare-and-swap. The remote refuses
+        that push if the branch moved since, and only then is it fetched. Each later round fetches the branch once,
+        looks for the job's trailer on it (a worker that crashed after pushing, or a stale worker whose lease was
+        taken over, finds its own commit and commits nothing), then commits on the head it fetched (`commit`, by
+        compare-and-swap). A push refused because the branch moved starts the next round, which fetches again; after
+        `races` fetching rounds the branch kept moving, a RetryableJobError.
         """
+        with self._cached_branch() as cached:
+            if cached is not None:
+                try:
+                    applied = self._apply_on(cached, job_id=job_id, message=message, patch=patch, author=author)
+                except PermanentJobError:
+                    # Refused on a head the cache may have missed the news of (a patch that needs the jobs another
+                    # worker applied since): decided on the head a fetch finds, below.
+                    applied = None
+                if applied is not None:
+                    return applied
         for _ in range(races):
             with self._fetched_branch() as branch:
-                existing = branch.job_commit(job_id)
-                if existing is not None:
-                    return AppliedPatch(existing, already_applied=True)
-                try:
-                    made = self.commit(
-                        job_id=job_id,
-                        message=message,
-                        patch=patch,
-                        expected_head=branch.head,
-                        author=author,
-                        fetched=branch,
-                    )
-                except HeadMovedError:
-                    continue  # someone moved the branch: look for the trailer again on the new head
-                return AppliedPatch(made, already_applied=False)
+                applied = self._apply_on(branch, job_id=job_id, message=message, patch=patch, author=author)
+                if applied is not None:
+                    return applied
+            # someone moved the branch: look for the trailer again on the new head
         raise RetryableJobError(f"branch of {self.workspace_id} kept moving; will retry")
 
     def stored_test_result(self, job_id: str, head: str) -> dict[str, Any] | None:
@@ -306,6 +310,39 @@ class GitWorkspace:
     ) -> bool:
         """Set the remote `ref` to `new` iff `still_expected(remote refs)`, by compare-and-swap; False when refused."""
         return self._transport.push(repo, ref, new, still_expected)
+
+    def _apply_on(
+        self, branch: FetchedBranch, *, job_id: str, message: str, patch: str, author: str | None
+    ) -> AppliedPatch | None:
+        """The job's commit found on `branch`, or made on its head and pushed; None when the push was refused (the
+        branch moved)."""
+        existing = branch.job_commit(job_id)
+        if existing is not None:
+            return AppliedPatch(existing, already_applied=True)
+        try:
+            made = self.commit(
+                job_id=job_id, message=message, patch=patch, expected_head=branch.head, author=author, fetched=branch
+            )
+        except HeadMovedError:
+            return None
+        return AppliedPatch(made, already_applied=False)
+
+    @contextmanager
+    def _cached_branch(self) -> Iterator[FetchedBranch | None]:
+        """A use of the cache and the branch and its base as the cache last saw them on the remote (its copies of the
+        refs, which a fetch or this cache's own accepted push set, so every object they name is in the cache), without
+        fetching; None for a cache that has never fetched the base.
+
+        A commit of a job found there was on the remote branch; a head that moved since makes the remote refuse the
+        compare-and-swap push on it. A base that moved since only makes the trailer walk longer."""
+        with self._cache() as repo:
+            refs = repo.refs.as_dict()
+            if self._base not in refs:
+                yield None
+                return
+            yield FetchedBranch(
+                repo, self._branch, self._base, {ref: refs[ref] for ref in (self._branch, self._base) if ref in refs}
+            )
 
     @contextmanager
     def _fetched_branch(self, fetched: FetchedBranch | None = None) -> Iterator[FetchedBranch]:

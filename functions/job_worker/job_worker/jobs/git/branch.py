@@ -1,7 +1,9 @@
-"""A workspace branch as one fetch found it: its head, its job commits, and a new commit of a patch on its head.
+"""A workspace branch as one fetch found it (or as the cache last saw it): its head, its job commits, and a new commit
+of a patch on its head.
 
 Within one use of the cache, what a job looks for (its trailer), applies a patch to (the head's tree) and pushes from
-(the head the push expects) is this one view: an apply_patch job fetches once on its happy path.
+(the head the push expects) is this one view: an apply_patch job on a warm cache pushes once and fetches nothing on its
+happy path.
 """
 
 from __future__ import annotations
