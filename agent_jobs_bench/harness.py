@@ -37,6 +37,7 @@ BENCHMARKS: dict[str, str] = {
     "batch_enqueue": "Batch enqueue",
     "group_parallel": "Group-parallel worker",
     "cold_start": "Cold start",
+    "git_round_trips": "Git round trips per apply_patch",
     "end_to_end": "End to end, local",
     "plan": "Capacity and cost plan",
 }
