@@ -228,4 +228,17 @@ def run(quick: bool = False) -> list[Figure]:
             note=f"no goal: `import {LIBRARY_FLOOR}`, the floor of the worker's import unless modules every "
             "invocation uses move into the first invocation (which a cold start pays all the same)",
         ),
+        *(
+            Figure(
+                BENCHMARK,
+                f"{name} module import against the libraries' floor",
+                median[name],
+                "ms",
+                COMMAND,
+                baseline=median["floor"],
+                note="no goal: the ratio is what the product's own modules add to the libraries every invocation "
+                "needs (the floor above), same run",
+            )
+            for name in ("worker", "producer")
+        ),
     ]

@@ -106,7 +106,7 @@ def test_cold_start_quick_run_measures_three_imports_and_reports_the_ratio_goal(
         ("enqueue_api.app", "enqueue_api", False): runs,
         (cold_start.LIBRARY_FLOOR, "job_worker", False): runs,
     }
-    boto3, worker, producer, invocation, floor = figures
+    boto3, worker, producer, invocation, floor, worker_on_floor, producer_on_floor = figures
     assert boto3.name == "import boto3 alone"
     assert boto3.goal is None
     for figure in (worker, producer):
@@ -123,3 +123,7 @@ def test_cold_start_quick_run_measures_three_imports_and_reports_the_ratio_goal(
     assert invocation.value > 0
     assert floor.goal is None
     assert floor.baseline == boto3.value
+    # the product's own share: each import against the floor measured in the same run
+    assert (worker_on_floor.value, worker_on_floor.baseline) == (worker.value, floor.value)
+    assert (producer_on_floor.value, producer_on_floor.baseline) == (producer.value, floor.value)
+    assert worker_on_floor.goal is None
