@@ -26,9 +26,6 @@ from typing import Any, cast
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from dulwich.client import LocalGitClient
-from dulwich.objects import Blob, Tree
-from dulwich.objects import Commit as GitCommit
-from dulwich.refs import Ref
 from dulwich.repo import Repo
 from dulwich.server import BackendRepo, DictBackend
 from dulwich.web import make_wsgi_chain
@@ -47,21 +44,9 @@ COLD_GOAL = Goal(2, Comparison.AT_MOST, "at most 2 git round trips on a cold cac
 
 def _seed_remote(path: Path) -> None:
     """A bare repository with one commit on main (a README), as a workspace's remote starts."""
-    Repo.init_bare(str(path), mkdir=True, default_branch=BASE_BRANCH.encode()).close()
-    with Repo(str(path)) as repo:
-        blob = Blob.from_string(b"# bench\n")
-        tree = Tree()
-        tree.add(b"README.md", 0o100644, blob.id)
-        commit = GitCommit()
-        commit.tree = tree.id
-        commit.parents = []
-        commit.author = commit.committer = b"Maintainer <maintainer@example.com>"
-        commit.author_time = commit.commit_time = int(time.time())
-        commit.author_timezone = commit.commit_timezone = 0
-        commit.message = b"Initial commit\n"
-        for obj in (blob, tree, commit):
-            repo.object_store.add_object(obj)
-        repo.refs[Ref(f"refs/heads/{BASE_BRANCH}".encode())] = commit.id
+    from agent_jobs_local.workload import create_remote
+
+    create_remote(path, path.stem)
 
 
 def _patch(n: int) -> str:
