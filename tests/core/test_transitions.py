@@ -84,10 +84,15 @@ def test_a_resume_decides_every_state_a_halting_job_can_be_in() -> None:
 
 
 class _Refusing:
-    """A DynamoDB client that records the request and cancels the transaction as a failed condition would."""
+    """A DynamoDB client that records the request and refuses it as a failed condition would."""
 
     def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []
+
+    def update_item(self, **request: Any) -> None:
+        self.requests.append(request)
+        response: dict[str, Any] = {"Error": {"Code": "ConditionalCheckFailedException"}}
+        raise ClientError(response, "UpdateItem")  # type: ignore[arg-type]
 
     def transact_write_items(self, **request: Any) -> None:
         self.requests.append(request)
@@ -111,7 +116,7 @@ def test_the_claim_condition_allows_exactly_the_tables_sources() -> None:
         job_id="j1", workspace_id="w1", tenant_id="t1", type=JobType.RUN_TESTS, payload={}, payload_hash="0" * 64
     )
     guard.claim(message, message_id="m1", sequence_number="1", remaining_ms=1000)
-    update = client.requests[0]["TransactItems"][0]["Update"]
+    update = client.requests[0]
     condition = update["ConditionExpression"]
     recorded = {str(state) for state in job_sources(JobAction.CLAIM) if state is not None}
     assert _statuses(update, condition) == recorded

@@ -432,7 +432,19 @@ def test_claim_while_resuming_is_refused_so_new_jobs_park_behind(guard: JobGuard
     message = make_message("n9")
     result = guard.claim(message, message_id="m", sequence_number="900", remaining_ms=60_000)
     assert result.outcome is ClaimOutcome.WORKSPACE_HALTED
-    park(guard, "n9", "900")
+    # Claimed first, then found RESUMING: a park without its lease is refused (the job is leased), one under it parks
+    assert not guard.park(message, message_id="m", sequence_number="900", body=body_of(message), reason="halted")
+    assert guard.park(
+        message,
+        message_id="m",
+        sequence_number="900",
+        body=body_of(message),
+        reason="workspace halted",
+        lease=result.lease,
+        unclaim=True,
+    )
+    job = any_stack.job("n9")
+    assert (job["status"], job["attempt"]) == (JobStatus.PARKED, 0)
     assert any_stack.workspace("ws-a")["parkedCount"] == 2
 
 

@@ -357,21 +357,63 @@ class ResumedDuringClaimGuard(JobGuard):
         return result
 
 
-def test_job_whose_workspace_resumed_before_it_could_park_is_claimed_again(stack, workspaces, hooks, lambda_context):
+def test_job_whose_workspace_resumed_before_it_could_park_runs_under_its_claim(
+    stack, workspaces, hooks, lambda_context
+):
     # Given ws-a halted by d1 with nothing parked, and a job n1 whose claim sees the halt just before a resume
     worker = worker_for(stack, workspaces)
     halted_with_parked(stack, worker, hooks, lambda_context, parked=0)
-    racing = worker_for(stack, workspaces, guard=ResumedDuringClaimGuard(stack))
+    guard = ResumedDuringClaimGuard(stack)
+    racing = worker_for(stack, workspaces, guard=guard)
     enqueue(stack, make_job("n1", "ws-a"))
 
     # When the worker cannot park n1 (the workspace is ACTIVE again)
     first = deliver(stack, racing, lambda_context)
 
-    # Then n1 is not acknowledged as if parked: it comes back and runs
-    assert len(first["failed"]) == 1
+    # Then n1 is not acknowledged as if parked: it still holds its claim, so it runs in this very delivery, once
+    assert guard.raced
+    assert first["failed"] == []
+    assert workspaces.commits("ws-a") == ["n1"]
+    job = stack.job("n1")
+    assert (job["status"], job["attempt"]) == (JobStatus.SUCCEEDED, 1)
     run_until_empty(stack, racing, lambda_context)
     assert workspaces.commits("ws-a") == ["n1"]
-    assert stack.job("n1")["status"] == JobStatus.SUCCEEDED
+
+
+def test_a_halt_that_lands_right_after_a_claims_write_parks_the_job_instead_of_running_it(
+    stack, workspaces, lambda_context
+):
+    # Given ws-a ACTIVE, and a halt (an operator's redrive of a dead-lettered job ahead, say) that lands right after
+    # the claim of n1 wrote its lease and before anything else
+    worker = worker_for(stack, workspaces)
+    enqueue(stack, make_job("n1", "ws-a"))
+    halted: list[str] = []
+
+    def remember(params: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
+        context["claim"] = "leaseOwner = :owner" in str(params.get("UpdateExpression", ""))
+
+    def halt_after_the_claim(context: dict[str, Any], **_: Any) -> None:
+        if context.get("claim") and not halted:
+            halted.append("n1")
+            stack.guard.halt_workspace("ws-a", tenant_id="tenant-1", job_id="r0", reason="redriven from the DLQ")
+
+    events = stack.services.dynamodb.meta.events
+    events.register("before-parameter-build.dynamodb.UpdateItem", remember)
+    events.register("after-call.dynamodb.UpdateItem", halt_after_the_claim)
+    try:
+        delivered = deliver(stack, worker, lambda_context)
+    finally:
+        events.unregister("before-parameter-build.dynamodb.UpdateItem", remember)
+        events.unregister("after-call.dynamodb.UpdateItem", halt_after_the_claim)
+
+    # Then n1 did not run: it is parked behind the halt, with its claim taken back, and its message acknowledged
+    assert halted == ["n1"]
+    assert delivered["failed"] == []
+    assert workspaces.commits("ws-a") == []
+    job = stack.job("n1")
+    assert (job["status"], job["attempt"]) == (JobStatus.PARKED, 0)
+    workspace = stack.workspace("ws-a")
+    assert (workspace["state"], workspace["parkedCount"]) == (WorkspaceState.HALTED, 1)
 
 
 def test_drain_never_passes_a_drained_job_left_dead_under_another_halt(stack, workspaces, hooks, lambda_context):

@@ -49,7 +49,7 @@ def _failed(response: dict[str, Any]) -> list[str]:
 # ---- happy path and cost -----------------------------------------------------------------------------------------
 
 
-def test_worker_happy_path_costs_two_writes_and_one_index_query_per_job(
+def test_worker_happy_path_costs_two_writes_one_read_and_one_index_query_per_job(
     any_stack, make_worker, workspaces, lambda_context
 ):
     # Given five jobs over two workspaces on the queue
@@ -60,11 +60,12 @@ def test_worker_happy_path_costs_two_writes_and_one_index_query_per_job(
     # When the worker runs the batch
     result = deliver(any_stack, make_worker(any_stack), lambda_context)
 
-    # Then every job succeeded with exactly one claim, one query of the pending index (for jobs ahead of it that
-    # left the queue unsettled: none) and one complete
+    # Then every job succeeded with exactly one claim (a plain conditional write, no transaction), one consistent
+    # read of its workspace (halted?), one query of the pending index (for jobs ahead of it that left the queue
+    # unsettled: none) and one complete
     assert result["failed"] == []
     assert len(result["event"]["Records"]) == 5
-    assert calls == Counter({"TransactWriteItems": 5, "Query": 5, "UpdateItem": 5})
+    assert calls == Counter({"UpdateItem": 10, "GetItem": 5, "Query": 5})
     for job in jobs:
         assert any_stack.job(job.job_id)["status"] == JobStatus.SUCCEEDED
     assert workspaces.commits("ws-a") == ["job-1", "job-3"]
@@ -87,7 +88,7 @@ def test_worker_duplicate_delivery_after_success_is_one_failed_write_and_no_effe
 
     # Then it is acknowledged without effect, for one (failed) conditional write and no read
     assert _failed(response) == []
-    assert calls == Counter({"TransactWriteItems": 1})
+    assert calls == Counter({"UpdateItem": 1})
     assert workspaces.commits("ws-a") == ["dup-1"]
     assert any_stack.job("dup-1")["attempt"] == 1
 

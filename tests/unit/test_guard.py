@@ -243,12 +243,39 @@ def test_claim_in_halted_workspace_is_refused_and_job_can_be_parked(guard: JobGu
     result = claim(guard, later)
     assert result.outcome is ClaimOutcome.WORKSPACE_HALTED
     assert result.workspace["haltingJobId"] == "j1"
-    assert stack.job("j2") is None  # the refused claim wrote nothing
-    assert guard.park(later, message_id="m-2", sequence_number="200", body="{}", reason="workspace halted")
+    # The claim's write came first (the halt check is a read after it): the job holds the lease it parks under
+    assert result.lease is not None
+    assert stack.job("j2")["leaseOwner"] == result.lease.owner
+    assert guard.park(
+        later,
+        message_id="m-2",
+        sequence_number="200",
+        body="{}",
+        reason="workspace halted",
+        lease=result.lease,
+        unclaim=True,
+    )
     parked = stack.job("j2")
     assert parked["status"] == JobStatus.PARKED
     assert parked["sequenceNumber"] == "200"
+    assert parked["attempt"] == 0  # the claim was taken back: parking behind a halt uses none of the job's claims
     assert "ttl" not in parked
+
+
+def test_a_park_under_a_lease_another_worker_took_over_is_refused(guard: JobGuard, stack: Stack):
+    guard.fail(claim(guard, make_message("j1")).lease, "bad", permanent=True)
+    later = make_message("j2")
+    result = claim(guard, later)
+    stack.services.dynamodb.update_item(  # another worker took the lease over meanwhile
+        TableName=stack.table_name,
+        Key={"pk": {"S": stack.job("j2")["pk"]}},
+        UpdateExpression="SET leaseOwner = :o",
+        ExpressionAttributeValues={":o": {"S": "another-worker"}},
+    )
+    assert not guard.park(
+        later, message_id="m-2", sequence_number="200", body="{}", reason="halted", lease=result.lease, unclaim=True
+    )
+    assert stack.job("j2")["status"] == JobStatus.IN_FLIGHT
 
 
 def test_first_halt_keeps_its_halting_job(guard: JobGuard, stack: Stack):

@@ -40,10 +40,13 @@ class HaltStore(QueryStore):
         halt_workspace: bool = False,
         lease: Lease | None = None,
         missing: Sequence[Item] = (),
+        unclaim: bool = False,
     ) -> bool:
         """PARKED with its body and SequenceNumber, so a resume can run it in queue order later.
 
-        With `lease`, the job is one this worker just claimed (conditional on still owning it); with `missing` (what
+        With `lease`, the job is one this worker just claimed (conditional on still owning it); with `unclaim` as well,
+        the claim is taken back (its attempt is not counted: the job never ran, it found its workspace halted); with
+        `missing` (what
         `missing_predecessors` found for it), the workspace is halted by the earliest of them in the same
         transaction, every one of them joining the jobs the operator decides (`undecidedJobIds`), so that a resume
         lets nothing run before each was redriven and retried, or skipped; the reason names them.
@@ -80,6 +83,9 @@ class HaltStore(QueryStore):
         # Never over another job's record: a message reusing a jobId with another payload parks nothing.
         if lease is not None:
             condition = lease_held(values, lease.owner)
+            if unclaim:
+                values[":one"] = 1
+                set_clauses.append("attempt = attempt - :one")
         else:
             condition = (
                 "attribute_not_exists(pk) OR ((attribute_not_exists(payloadHash) OR payloadHash = :hash)"
