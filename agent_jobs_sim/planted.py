@@ -64,12 +64,25 @@ def _pruned(request: dict[str, Any]) -> dict[str, Any]:
 
 
 def _claim_update(operation: str, request: dict[str, Any]) -> dict[str, Any] | None:
-    if operation != "transact_write_items":
+    """The claim's update of the job: a worker's claim (an UpdateItem) or a drain's (a transaction's first item)."""
+    if operation == "update_item":
+        update = request
+    elif operation == "transact_write_items":
+        update = request["TransactItems"][0].get("Update")
+    else:
         return None
-    first = request["TransactItems"][0].get("Update")
-    if first is None or _CLAIM_SIGNATURE not in first["UpdateExpression"]:
+    if update is None or _CLAIM_SIGNATURE not in str(update.get("UpdateExpression", "")):
         return None
-    return dict(first)
+    return dict(update)
+
+
+def _as_sent(operation: str, request: dict[str, Any], update: dict[str, Any], *, alone: bool = False) -> dict[str, Any]:
+    """The request `operation` sends with the claim's update replaced by `update` (pruned); `alone` drops the other
+    items of a drain's transaction."""
+    if operation == "update_item":
+        return _pruned(update)
+    others = [] if alone else request["TransactItems"][1:]
+    return {**request, "TransactItems": [{"Update": _pruned(update)}, *others]}
 
 
 def _naive_claim_condition(operation: str, request: dict[str, Any]) -> dict[str, Any] | None:
@@ -79,7 +92,7 @@ def _naive_claim_condition(operation: str, request: dict[str, Any]) -> dict[str,
         return None
     update["ConditionExpression"] = "attribute_not_exists(pk) OR #status <> :succeeded"
     update["ExpressionAttributeValues"] = {**update["ExpressionAttributeValues"], ":succeeded": {"S": "SUCCEEDED"}}
-    return {**request, "TransactItems": [{"Update": _pruned(update)}, *request["TransactItems"][1:]]}
+    return _as_sent(operation, request, update)
 
 
 def _unfenced_complete(operation: str, request: dict[str, Any]) -> dict[str, Any] | None:
@@ -129,7 +142,7 @@ def _unconditional_claim(operation: str, request: dict[str, Any]) -> dict[str, A
         return None
     update.pop("ConditionExpression", None)
     update.pop("ReturnValuesOnConditionCheckFailure", None)
-    return {"TransactItems": [{"Update": _pruned(update)}]}
+    return _as_sent(operation, request, update, alone=True)
 
 
 def _lost_claims_as_failures() -> contextlib.AbstractContextManager[None]:
