@@ -9,6 +9,7 @@ import os
 import sys
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -106,6 +107,17 @@ class Stack:
 
     def workspace(self, workspace_id: str) -> Any:
         return self.guard.get_workspace(workspace_id)
+
+
+def count_dynamodb_calls(stack: Stack) -> Counter[str]:
+    """The DynamoDB calls the stack's client makes from now on, by operation (a live count)."""
+    calls: Counter[str] = Counter()
+
+    def count(model: Any, **_: Any) -> None:
+        calls[model.name] += 1
+
+    stack.services.dynamodb.meta.events.register("before-call.dynamodb", count)
+    return calls
 
 
 def _make_stack(kind: str, session: boto3.Session, **settings_overrides: Any) -> Stack:

@@ -44,6 +44,10 @@ class Recording:
         self.requests.append(request)
         return {}
 
+    def put_item(self, **request: Any) -> dict[str, Any]:
+        self.requests.append(request)
+        return {}
+
     def query(self, **request: Any) -> dict[str, Any]:
         self.requests.append(request)
         return {"Items": []}
@@ -115,7 +119,9 @@ OPERATIONS: dict[str, Callable[[JobGuard], object]] = {
 
 @pytest.mark.parametrize("operation", OPERATIONS)
 def test_every_request_uses_what_it_declares(operation: str) -> None:
-    client = Recording()
+    # A registration of the job's tenant, for the enqueue's ownership check (read, not written)
+    registered = {"ws#w1": {"pk": "ws#w1", "tenantId": "t1", "remoteUrl": "https://git.example/r.git"}}
+    client = Recording(registered if operation == "record_accepted" else None)
     OPERATIONS[operation](JobGuard(client, "jobs"))  # type: ignore[arg-type]
     assert client.requests, "the operation sent a request"
     assert [unused(request) for request in client.requests] == [[] for _ in client.requests]

@@ -14,7 +14,7 @@ from agent_jobs.guard import JobGuard
 from agent_jobs.keys import job_key
 from agent_jobs.models import JobStatus, WorkspaceState
 from job_worker.jobs.errors import RetryableJobError
-from tests.conftest import ManualClock, Stack, enqueue, make_job, make_message
+from tests.conftest import ManualClock, Stack, count_dynamodb_calls, enqueue, make_job, make_message
 from tests.naive.worker import NaiveWorker
 
 READ_OPERATIONS = {"GetItem", "BatchGetItem", "Query", "Scan", "TransactGetItems"}
@@ -22,16 +22,6 @@ READ_OPERATIONS = {"GetItem", "BatchGetItem", "Query", "Scan", "TransactGetItems
 
 class SimulatedCrashError(BaseException):
     """The process dies here: like a killed Lambda, nothing after this point runs and nothing is caught."""
-
-
-def count_dynamodb_calls(stack: Stack) -> Counter[str]:
-    calls: Counter[str] = Counter()
-
-    def count(model: Any, **_: Any) -> None:
-        calls[model.name] += 1
-
-    stack.services.dynamodb.meta.events.register("before-call.dynamodb", count)
-    return calls
 
 
 def deliver(stack: Stack, worker: Any, lambda_context: Any, batch_size: int = 10) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -17,7 +18,7 @@ from agent_jobs.guard import (
 from agent_jobs.models import JobStatus, WorkspaceState
 from agent_jobs.registration import WorkspaceRegistration
 from agent_jobs.workspaces import WorkspaceRegistry
-from tests.conftest import ManualClock, Stack, make_message, register_workspace
+from tests.conftest import ManualClock, Stack, count_dynamodb_calls, make_message, register_workspace
 
 
 @pytest.fixture
@@ -380,6 +381,34 @@ def test_record_accepted_refuses_a_workspace_nobody_registered_and_writes_nothin
         assert stack.job(f"j-{workspace_id}") is None
 
 
+def test_record_accepted_reads_a_registration_once_and_then_only_writes_the_job(guard: JobGuard, stack: Stack):
+    # Given ws-a registered to tenant-1 (the fixture) and ws-b to tenant-2, and calls counted from here on
+    register_workspace(stack, "ws-b", "tenant-2")
+    calls = count_dynamodb_calls(stack)
+
+    # When tenant-1 enqueues three jobs to ws-a and tenant-2 tries twice to enqueue into ws-a
+    for n in range(3):
+        assert guard.record_accepted(make_message(f"j{n}")).outcome is AcceptOutcome.NEW
+    first = Counter(calls)
+    for n in range(2):
+        stolen = guard.record_accepted(make_message(f"x{n}", tenant_id="tenant-2"))
+        assert stolen.outcome is AcceptOutcome.WORKSPACE_FORBIDDEN
+
+    # Then the registration was read once: each job after the first is one conditional PutItem, no transaction
+    assert first == Counter({"GetItem": 1, "PutItem": 3})
+    # And the kept owner still refuses the other tenant (its refusals read only whether it has such a job)
+    assert Counter(calls) - first == Counter({"GetItem": 2})
+    assert stack.job("x0") is None
+    assert stack.job("x1") is None
+
+
+def test_record_accepted_reads_an_unregistered_workspace_again_until_it_is_registered(guard: JobGuard, stack: Stack):
+    message = make_message("j1", workspace_id="ws-late", tenant_id="tenant-1")
+    assert guard.record_accepted(message).outcome is AcceptOutcome.WORKSPACE_UNREGISTERED
+    register_workspace(stack, "ws-late", "tenant-1")
+    assert guard.record_accepted(message).outcome is AcceptOutcome.NEW
+
+
 def test_record_accepted_answers_a_sent_job_from_its_record_but_never_sends_into_a_taken_workspace(
     guard: JobGuard, stack: Stack
 ):
@@ -396,9 +425,10 @@ def test_record_accepted_answers_a_sent_job_from_its_record_but_never_sends_into
     )
     assert stack.workspace("ws-a")["tenantId"] == "tenant-2"
 
-    # When tenant-1 repeats both requests
-    sent = guard.record_accepted(make_message("j-sent", workspace_id="ws-a", tenant_id="tenant-1"))
-    unsent = guard.record_accepted(make_message("j-unsent", workspace_id="ws-a", tenant_id="tenant-1"))
+    # When tenant-1 repeats both requests to a new process (a store keeps a registration's owner once read)
+    fresh = JobGuard(stack.services.dynamodb, stack.table_name)
+    sent = fresh.record_accepted(make_message("j-sent", workspace_id="ws-a", tenant_id="tenant-1"))
+    unsent = fresh.record_accepted(make_message("j-unsent", workspace_id="ws-a", tenant_id="tenant-1"))
 
     # Then the sent one is answered from its record (nothing is sent again), the unsent one is not sent
     assert (sent.outcome, sent.item["messageId"]) == (AcceptOutcome.EXISTING, "msg-1")

@@ -61,8 +61,8 @@ def enqueue_job(
     resubmission after the 5-minute deduplication window is answered from the record instead of being sent again.
     A record that exists but was never confirmed sent (the sender crashed) is sent again; the deduplication id and
     the worker's claim make that safe. A job for a workspace of another tenant is refused (WorkspaceForbiddenError),
-    and one for a workspace nobody registered (WorkspaceUnregisteredError), in the same write: nothing is recorded
-    or sent.
+    and one for a workspace nobody registered (WorkspaceUnregisteredError), checked against the registration before
+    the write: nothing is recorded or sent.
 
     A message body above `inline_limit_bytes` is sent as a pointer: the payload is stored in `payloads` first (so no
     QUEUED record or message ever points at an object that is not there; storing is idempotent), then the job is

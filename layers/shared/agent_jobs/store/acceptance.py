@@ -13,7 +13,7 @@ from agent_jobs.core.records import JobRecord
 from agent_jobs.keys import job_key, workspace_key
 from agent_jobs.models import JobMessage, JobStatus
 from agent_jobs.store.base import message_tenant
-from agent_jobs.store.codec import Item, cancellation, reason_failed, to_item, wire
+from agent_jobs.store.codec import Item, cancellation, condition_failed, reason_failed, to_item, wire
 from agent_jobs.store.conditions import sequence_clauses
 from agent_jobs.store.results import AcceptResult
 
@@ -22,6 +22,9 @@ if TYPE_CHECKING:
 
 from agent_jobs.store.base import StoreBase
 
+# Workspaces whose registered owner a store keeps (a few hundred bytes each); past it the oldest read is dropped.
+MAX_OWNERS_KEPT = 10_000
+
 
 class AcceptanceStore(StoreBase):
     """Records of accepted jobs."""
@@ -29,35 +32,56 @@ class AcceptanceStore(StoreBase):
     def record_accepted(self, message: JobMessage) -> AcceptResult:
         """Record a job QUEUED before it is sent, unless its jobId is known: then say whether it is the same job.
 
-        One transaction: the conditional put of the job and a check that its workspace item (`ws#<workspaceId>`)
-        is a registration of the job's tenant, so a job never enters another tenant's workspace (WORKSPACE_FORBIDDEN)
-        nor one nobody registered yet (WORKSPACE_UNREGISTERED), nothing written; the check's old item tells the two
-        apart, without a read. A known jobId is answered from its record first: CONFLICT for another job, EXISTING
-        for the same job already sent (nothing is sent again); the same job recorded but unsent is sent (UNSENT) only
-        while its workspace is still the tenant's own.
+        Its workspace must be a registration of the job's tenant, so a job never enters another tenant's workspace
+        (WORKSPACE_FORBIDDEN) nor one nobody registered yet (WORKSPACE_UNREGISTERED): nothing is written then. The owner
+        of a registration never changes (registering needs an item without one or of the same tenant, an update the
+        same tenant, and nothing removes one), so the check is a read the store keeps for the life of the process
+        (`registered_owner`), and the job's record is one conditional PutItem: 1 write unit, where a transaction with
+        a ConditionCheck of the workspace cost 4. A known jobId is answered from its record: CONFLICT for another job,
+        EXISTING for the same job already sent (nothing is sent again); the same job recorded but unsent is sent
+        (UNSENT) only while its workspace is the tenant's own.
         """
+        tenant_id = message_tenant(message)
+        refusal = self._ownership_refusal(message.workspace_id, tenant_id)
+        if refusal is not None:
+            old = self._read(job_key(tenant_id, message.job_id))
+            return AcceptResult(refusal) if old is None else self._known_job(message, old, refusal)
         item = self._queued_item(message, self._clock())
-        put_job: TransactWriteItemTypeDef = {
-            "Put": {
-                "TableName": self._table,
-                "Item": wire(item),
-                "ConditionExpression": "attribute_not_exists(pk)",
-                "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-            }
-        }
-        workspace_is_the_tenants = self._workspace_owned_check(message.workspace_id, message_tenant(message))
         try:
-            self._client.transact_write_items(TransactItems=[put_job, workspace_is_the_tenants])
+            self._client.put_item(
+                TableName=self._table,
+                Item=wire(item),
+                ConditionExpression="attribute_not_exists(pk)",
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            )
         except ClientError as error:
-            reasons = cancellation(error)
-            if reasons is None or not any(reason_failed(reason) for reason in reasons):
-                raise  # a transaction conflict or throttling: the caller answers 503 and the client retries
-            job_reason = reasons[0] if reasons else {}
-            refusal = _workspace_refusal(reasons[1], message.tenant_id) if len(reasons) > 1 else None
-            if not reason_failed(job_reason):
-                return AcceptResult(refusal or AcceptOutcome.WORKSPACE_FORBIDDEN)
-            return self._known_job(message, to_item(job_reason.get("Item", {})), refusal)
+            if not condition_failed(error):
+                raise  # throttling or an outage: the caller answers 503 and the client retries
+            return self._known_job(message, to_item(error.response.get("Item", {})), None)  # type: ignore[arg-type]
         return AcceptResult(AcceptOutcome.NEW, item)
+
+    def registered_owner(self, workspace_id: str) -> tuple[bool, str | None]:
+        """(registered, tenant) of the workspace: its registration's owner, or for an item without a registration the
+        tenant a halt recorded on it (None: no item). A registration's owner is kept once read (it never changes); a
+        workspace without one is read again next time (it may be registered meanwhile)."""
+        owner = self._registered_owners.get(workspace_id)
+        if owner is not None:
+            return True, owner
+        item = self._read(workspace_key(workspace_id))
+        tenant = (item or {}).get("tenantId")
+        if item is None or "remoteUrl" not in item or not tenant:
+            return False, str(tenant) if tenant else None
+        if len(self._registered_owners) >= MAX_OWNERS_KEPT:
+            self._registered_owners.pop(next(iter(self._registered_owners)))  # the oldest read goes first
+        self._registered_owners[workspace_id] = str(tenant)
+        return True, str(tenant)
+
+    def _ownership_refusal(self, workspace_id: str, tenant_id: str) -> AcceptOutcome | None:
+        """Why a job of `tenant_id` may not enter the workspace, or None when it is the tenant's registration."""
+        registered, owner = self.registered_owner(workspace_id)
+        if registered and owner == tenant_id:
+            return None
+        return decisions.workspace_refusal(owner, tenant_id)
 
     def record_sent(self, tenant_id: str, job_id: str, message_id: str, sequence_number: str | None) -> None:
         """Store the queue's message id and sequence number; never touches the status a worker may already own."""
