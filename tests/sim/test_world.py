@@ -24,7 +24,6 @@ FOUND_WITHIN = 1_000
 FINDABLE = [
     "naive-claim",
     "get-then-put",
-    "lost-claims-as-failures",
     "past-failure",
     "trusting-drain",
     "no-predecessor-check",
@@ -83,7 +82,7 @@ def _replay(seed: int, plant: str | None) -> str:
 
 # The planted bugs whose first failing seed from seed 0 lies hundreds of seeds on, more than `make test` should spend
 # searching: that seed (`make sim PLANT=... SEEDS=2000` stops there), checked as the search checks the others.
-FOUND_LATER = {"unfenced-complete": 925}
+FOUND_LATER = {"lost-claims-as-failures": 183, "unfenced-complete": 547}
 
 
 @pytest.mark.parametrize("plant", FINDABLE)
@@ -114,13 +113,13 @@ def test_a_planted_bug_found_later_fails_its_seed_which_replays_to_the_same_viol
 def test_parking_at_the_last_delivery_is_found_once_the_predecessor_check_is_out_too():
     # Two defences stand between a job dead-lettered after a worker claimed it and the jobs behind it: parking it on
     # its last delivery, and the check for unsettled jobs ahead of each claimed one. Taking out the parking alone
-    # breaks nothing (the check catches the job behind), so seed 54 shows the parking's own part: with both out the
-    # queue dead-letters ws-4-job-004 still IN_FLIGHT and ws-4-job-006 runs ahead of it; with either one in, the
-    # order holds.
-    seed = 54
+    # breaks nothing (the check catches the job behind), so seed 8 shows the parking's own part: with both out the
+    # queue dead-letters ws-4-job-002 still QUEUED and ws-4-job-006 runs ahead of it; with either one in, the order
+    # holds.
+    seed = 8
     broken = simulate(seed, SimConfig(plant="no-last-delivery-park-unguarded"))
     assert broken.violation is not None
-    assert "ws-4-job-004, accepted before it, is IN_FLIGHT and never took effect" in broken.violation
+    assert "ws-4-job-002, accepted before it, is QUEUED and never took effect" in broken.violation
     first, second = _replay(seed, "no-last-delivery-park-unguarded"), _replay(seed, "no-last-delivery-park-unguarded")
     assert first == second
     assert f"trace {broken.trace}" in first
@@ -133,7 +132,7 @@ def test_every_planted_bug_is_described():
     assert all(plant.description.startswith("(") for plant in PLANTS.values())
 
 
-@pytest.mark.parametrize("seed", [20])
+@pytest.mark.parametrize("seed", [62])
 def test_seeds_that_found_a_real_bug_fail_with_it_and_pass_without(seed):
     # A resume's drain ran a parked job before a job accepted ahead of it that the queue had dead-lettered while the
     # workspace was halted. With the drain's check taken out again these seeds break the order; with it they pass
@@ -145,7 +144,7 @@ def test_seeds_that_found_a_real_bug_fail_with_it_and_pass_without(seed):
     assert result.passed, result.violation
 
 
-@pytest.mark.parametrize("seed", [2210])
+@pytest.mark.parametrize("seed", [827])
 def test_seeds_that_found_a_redrive_race_fail_with_it_and_pass_without(seed):
     # An operator's redrive parked a dead-lettered job and halted its workspace just after a worker claimed the job
     # behind it (the workspace still ACTIVE) and just before that worker looked for unsettled jobs ahead: the parked
