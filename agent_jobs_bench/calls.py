@@ -99,7 +99,8 @@ def figures(sides: Sides) -> list[Figure]:
                 f" naive {split(naive_happy, 'calls')} (enqueue: {naive_happy.operations('producer')})."
                 " Not met: enqueue records the job QUEUED before sending"
                 " (a conditional write, so a resubmission with another payload is refused) and then stores the"
-                " message id and SequenceNumber SQS answered (a second write)"
+                " message id and SequenceNumber SQS answered (a second write); it reads the workspace's registration"
+                " once per workspace and process (its owner never changes, so it is kept), the fraction here"
             ),
         ),
         figure(
@@ -122,9 +123,13 @@ def figures(sides: Sides) -> list[Figure]:
             "WCU",
             goal=END_TO_END_WCU_GOAL,
             note=(
-                f"Agent Jobs {split(happy, 'wcu')}, naive {split(naive_happy, 'wcu')}. Not met: enqueue is a"
-                " transaction (the job's put + a ConditionCheck that the workspace is the tenant's), 2 + 2 WCU, then"
-                f" 1 for the message id. {CAPACITY_SOURCE}; moto's ConsumedCapacity summed to {happy.reported():g}/job"
+                f"Agent Jobs {split(happy, 'wcu')}, naive {split(naive_happy, 'wcu')}. Not met by 1: enqueue writes"
+                " the QUEUED record (1 WCU: a plain conditional put; the workspace's owner is a kept read, no longer"
+                " a ConditionCheck in a transaction, which cost 4) and then the SequenceNumber SQS answered (1 WCU)."
+                " That second write puts the job in the pending index before any worker sees it, so that a job the"
+                " queue dead-letters before any claim still stops the jobs behind it; the claim cannot write it for"
+                f" a message no worker reached. {CAPACITY_SOURCE}; moto's ConsumedCapacity summed to"
+                f" {happy.reported():g}/job"
             ),
         ),
         figure(
@@ -135,6 +140,7 @@ def figures(sides: Sides) -> list[Figure]:
             note=(
                 "Agent Jobs reads the workspace once per job after its claim (a strongly consistent GetItem: 1 read"
                 " unit) and the pending index (a Query, eventually consistent: half a read unit for its empty range);"
+                " enqueue reads a workspace's registration once per process (1 read unit over this run's jobs);"
                 " the naive pattern reads (eventually consistent) before it writes, in the producer and in the worker."
                 f" {CAPACITY_SOURCE}"
             ),
