@@ -333,10 +333,61 @@ def figures(measurement: Measurement, result: PlanCheck) -> list[Figure]:
     ]
 
 
+# The two jobs the cost figures price: a 1 s apply_patch and a 60 s run_tests, at 10 jobs/s over 100 workspaces.
+COST_PROFILES: Final = (("a 1 s apply_patch", 1.0), ("a 60 s run_tests", 60.0))
+
+
+def cost_figures() -> list[Figure]:
+    """Cost per million jobs from `agent-jobs plan`'s prices for the job calls as they are, beside the same plan with
+    the calls as they were while the enqueue and the claim were transactions (`TRANSACTIONAL_USAGE`)."""
+    from agent_jobs_cli.plan import TRANSACTIONAL_USAGE, PerJobUsage, PlanInput, estimate
+    from agent_jobs_cli.plan_prices import READ_ON
+
+    out = []
+    for name, job_seconds in COST_PROFILES:
+        plans = {
+            usage: estimate(PlanInput(workspaces=100, rate=10.0, job_seconds=job_seconds, usage=usage))
+            for usage in (PerJobUsage(), TRANSACTIONAL_USAGE)
+        }
+        now, before = plans[PerJobUsage()], plans[TRANSACTIONAL_USAGE]
+
+        def dynamodb(plan: Any) -> float:
+            return sum(line.usd_per_million_jobs for line in plan.cost_lines if line.service == "Amazon DynamoDB")
+
+        out.append(
+            Figure(
+                BENCHMARK,
+                f"Cost per million jobs, {name} (us-east-1 list prices)",
+                now.usd_per_million_jobs,
+                "USD",
+                "agent-jobs plan --workspaces 100 --rate 10 --job-seconds " + f"{job_seconds:g}",
+                baseline=before.usd_per_million_jobs,
+                note=(
+                    f"The baseline is the same plan with the calls of the transactional claim and enqueue (10 write"
+                    f" units per job, 0.5 read units), not a naive pattern. DynamoDB's share: ${dynamodb(now):.2f}"
+                    f" now, ${dynamodb(before):.2f} before (4 write units and 1.5 read units per job now). Prices"
+                    f" read on {READ_ON} (`agent_jobs_cli.plan_prices`: each with its page); computed, not measured"
+                ),
+            )
+        )
+    return out
+
+
 def run(quick: bool = False) -> list[Figure]:
-    """The plan's predictions beside the local runtime's measurement (quick: 10 jobs per workspace, else 30)."""
+    """The plan's predictions beside the local runtime's measurement (quick: 10 jobs per workspace, else 30), and the
+    plan's cost per million jobs now and with the transactional calls."""
     measurement = measure(jobs_per_workspace=10 if quick else 30)
-    return figures(measurement, compare(measurement))
+    return [*figures(measurement, compare(measurement)), *cost_figures()]
 
 
-__all__ = ["Measurement", "PlanCheck", "arrival_offsets", "compare", "figures", "install", "measure", "run"]
+__all__ = [
+    "Measurement",
+    "PlanCheck",
+    "arrival_offsets",
+    "compare",
+    "cost_figures",
+    "figures",
+    "install",
+    "measure",
+    "run",
+]

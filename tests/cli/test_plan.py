@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from typer.testing import CliRunner
 
+from agent_jobs_bench.plan import cost_figures
 from agent_jobs_cli.main import app
-from agent_jobs_cli.plan import PRICES
+from agent_jobs_cli.plan import PRICES, PerJobUsage, PlanInput, estimate
+from agent_jobs_cli.plan_prices import MILLION
 from agent_jobs_local.template import TemplateModel
 
 
@@ -64,3 +67,29 @@ def test_plan_command_says_what_to_pass_for_an_unusable_input() -> None:
 
     assert result.exit_code == 1
     assert "--rate must be a positive number of jobs per second" in result.output
+
+
+def test_plan_prices_the_job_calls_as_the_layer_makes_them() -> None:
+    # Happy path: accept, sent, claim, complete (1 write unit each); the workspace read and the pending index's empty
+    # range (1 + 0.5 read units). Each retried attempt: a claim and a failure, and the same reads.
+    usage = PerJobUsage()
+    assert (usage.dynamodb_write_units, usage.dynamodb_read_units) == (4, 1.5)
+    failing = estimate(PlanInput(workspaces=10, rate=1.0, job_seconds=1.0, failure_share=1.0))
+    lines = {line.price_key: line for line in failing.cost_lines}
+    retries = failing.inputs.deployment.max_attempts - 1
+    assert lines["dynamodb_write_request_unit"].units_per_job == 4 + retries * 2
+    assert lines["dynamodb_read_request_unit"].units_per_job == 1.5 + retries * 1.5
+
+
+def test_cost_figures_compare_the_plan_with_the_transactional_calls() -> None:
+    figures = {figure.name: figure for figure in cost_figures()}
+    short = figures["Cost per million jobs, a 1 s apply_patch (us-east-1 list prices)"]
+    long = figures["Cost per million jobs, a 60 s run_tests (us-east-1 list prices)"]
+    # The same prices, 6 write units fewer and 1 read unit more per job
+    assert short.baseline is not None
+    assert long.baseline is not None
+    difference = short.baseline - short.value
+    assert difference == pytest.approx(long.baseline - long.value)
+    assert difference == pytest.approx(
+        6 * PRICES["dynamodb_write_request_unit"].usd * MILLION - 1 * PRICES["dynamodb_read_request_unit"].usd * MILLION
+    )
