@@ -68,6 +68,7 @@ def figures(results: Results) -> list[Figure]:
             one.per_job(one.dynamodb_calls),
             "calls/job",
             naive.per_job(naive.dynamodb_calls),
+            note="the QUEUED put and the message-id update per job; each workspace's registration read once, then kept",
         ),
         figure(
             "DynamoDB write calls per job, enqueue_jobs",
