@@ -352,7 +352,8 @@ def cost_figures() -> list[Figure]:
         now, before = plans[PerJobUsage()], plans[TRANSACTIONAL_USAGE]
 
         def dynamodb(plan: Any) -> float:
-            return sum(line.usd_per_million_jobs for line in plan.cost_lines if line.service == "Amazon DynamoDB")
+            lines = plan.cost_lines
+            return float(sum(line.usd_per_million_jobs for line in lines if line.service == "Amazon DynamoDB"))
 
         out.append(
             Figure(
