@@ -57,6 +57,16 @@ BARE_NOTE = (
     "groups; compare the series with a side effect"
 )
 APPLIED_LOG = "applied.log"
+# A backlog on one workspace: small patches submitted at once (POST /jobs:batch, 10 a request), drained by the worker
+# with the template's BatchSize at 1 and at 10 (the FIFO maximum): what batching within one message group buys.
+BACKLOG_JOBS = 100
+QUICK_BACKLOG_JOBS = 20
+BACKLOG_BATCH_SIZES = (1, 10)
+BACKLOG_NOTE = (
+    "one message group is processed in order, one record at a time, whatever the batch size: a larger batch saves"
+    " what each invocation costs around its records (the poller's receive, the invocation, the delete, the worker's"
+    " batch set-up), not the jobs' own calls"
+)
 
 
 def install(handler_module: ModuleType, config: dict[str, Any]) -> None:
@@ -220,6 +230,107 @@ def measure(
         return series
 
 
+@dataclass(frozen=True)
+class Backlog:
+    batch_size: int
+    jobs: int
+    seconds: float  # first POST to the last applied job
+    submit_seconds: float  # first POST to the last POST's answer
+
+    @property
+    def throughput(self) -> float:
+        return self.jobs / self.seconds
+
+
+def submit_batches(api_url: str, token: str, workspace_id: str, job_ids: Sequence[str]) -> None:
+    """POST /jobs:batch of the apply_patch jobs, 10 a request, in order; every job must be accepted (202)."""
+    from agent_jobs_cli.api import ApiClient
+
+    client = ApiClient(api_url, token, timeout=60)
+    for start in range(0, len(job_ids), 10):
+        jobs = [
+            {
+                "jobId": job_id,
+                "workspaceId": workspace_id,
+                "type": "apply_patch",
+                "payload": {
+                    "patch": f"--- a/{job_id}\n+++ b/{job_id}\n@@ -0,0 +1 @@\n+{job_id}\n",
+                    "commitMessage": job_id,
+                },
+            }
+            for job_id in job_ids[start : start + 10]
+        ]
+        status, answer = client.request("POST", "/jobs:batch", {"jobs": jobs})
+        codes = [result.get("statusCode") for result in (answer or {}).get("results", [])]
+        if status != 200 or codes != [202] * len(jobs):
+            raise RuntimeError(f"POST /jobs:batch answered {status} {codes}")
+
+
+def measure_backlog(batch_size: int, jobs: int) -> Backlog:
+    """A fresh local runtime whose worker takes `batch_size` records an invocation; one workspace gets `jobs` small
+    patches at once, after a warm-up job; waits until every one is applied."""
+    from agent_jobs_bench.submit import register_folder_workspaces
+    from agent_jobs_local.auth import mint_token
+    from agent_jobs_local.runtime import LocalRuntime
+
+    run_id = uuid.uuid4().hex[:6]
+    with tempfile.TemporaryDirectory(prefix="agent-jobs-backlog-") as tmp:
+        log = Path(tmp) / APPLIED_LOG
+        runtime = LocalRuntime(
+            workspaces_root=Path(tmp) / "workspaces",
+            time_scale=TIME_SCALE,
+            parameter_overrides={"WorkerMaximumConcurrency": MAXIMUM_CONCURRENCY, "WorkerBatchSize": batch_size},
+            worker_bootstrap="agent_jobs_bench.end_to_end:install",
+            bootstrap_config={"applied_log": str(log), "side_effect_file": str(Path(tmp) / "no-side-effect")},
+        )
+        with runtime:
+            run_level(runtime.api_url, log, 1, 1, f"{run_id}warm")
+            token = mint_token("default")
+            workspace_id = f"backlog-{run_id}"
+            register_folder_workspaces(runtime.api_url, token, [workspace_id])
+            job_ids = [f"{workspace_id}-{n:03d}" for n in range(jobs)]
+            started = time.time()
+            submit_batches(runtime.api_url, token, workspace_id, job_ids)
+            submitted = time.time()
+            deadline = time.monotonic() + LEVEL_TIMEOUT_SECONDS
+            while True:
+                applied = _applied(log)
+                missing = [job_id for job_id in job_ids if job_id not in applied]
+                if not missing:
+                    break
+                if time.monotonic() > deadline:
+                    late = f"{len(missing)} of {jobs} backlog jobs not applied in {LEVEL_TIMEOUT_SECONDS} s"
+                    raise RuntimeError(late)
+                time.sleep(0.05)
+            order = sorted(job_ids, key=lambda job_id: applied[job_id])
+            if order != job_ids:
+                raise RuntimeError("the backlog's jobs were applied out of order")
+            last = max(applied[job_id] for job_id in job_ids)
+        return Backlog(batch_size, jobs, last - started, submitted - started)
+
+
+def backlog_figures(backlogs: Sequence[Backlog]) -> list[Figure]:
+    baseline = backlogs[0]
+    figures = []
+    for backlog in backlogs:
+        figures.append(
+            Figure(
+                BENCHMARK,
+                f"backlog of {backlog.jobs} small patches on 1 workspace: throughput, BatchSize {backlog.batch_size}",
+                backlog.throughput,
+                "jobs/s",
+                COMMAND,
+                baseline=baseline.throughput,
+                note=(
+                    f"first POST to last applied {backlog.seconds:.2f} s (submitted in {backlog.submit_seconds:.2f} s"
+                    f" by POST /jobs:batch, 10 a request); applied in order, checked; baseline: BatchSize"
+                    f" {baseline.batch_size}, same run; {BACKLOG_NOTE}"
+                ),
+            )
+        )
+    return figures
+
+
 def series_name(side_effect_seconds: float) -> str:
     if not side_effect_seconds:
         return "bare jobs"
@@ -230,6 +341,8 @@ def run(quick: bool = False) -> list[Figure]:
     counts = QUICK_WORKSPACE_COUNTS if quick else WORKSPACE_COUNTS
     per_workspace = QUICK_JOBS_PER_WORKSPACE if quick else JOBS_PER_WORKSPACE
     measured = measure(counts, per_workspace, SIDE_EFFECTS)
+    backlog_jobs = QUICK_BACKLOG_JOBS if quick else BACKLOG_JOBS
+    backlogs = [measure_backlog(batch_size, backlog_jobs) for batch_size in BACKLOG_BATCH_SIZES]
     figures: list[Figure] = []
     for seconds, levels in measured.items():
         name = series_name(seconds)
@@ -284,4 +397,4 @@ def run(quick: bool = False) -> list[Figure]:
                 note=GROWTH_NOTE if seconds else BARE_NOTE,
             )
         )
-    return figures
+    return figures + backlog_figures(backlogs)

@@ -21,6 +21,14 @@ def test_end_to_end_quick_run_reports_latency_and_throughput_per_workspace_count
         return measured
 
     monkeypatch.setattr(end_to_end, "measure", kept)
+    backlogs: list[Any] = []
+    measure_backlog = end_to_end.measure_backlog
+
+    def kept_backlog(batch_size: int, jobs: int) -> Any:
+        backlogs.append(measure_backlog(batch_size, jobs))
+        return backlogs[-1]
+
+    monkeypatch.setattr(end_to_end, "measure_backlog", kept_backlog)
 
     # When the quick benchmark runs
     figures = end_to_end.run(quick=True)
@@ -52,3 +60,14 @@ def test_end_to_end_quick_run_reports_latency_and_throughput_per_workspace_count
         assert growth.baseline == throughputs[0].value
         assert growth.goal_on == "ratio"
         assert (growth.goal is not None) == bool(seconds)  # the growth goal is on the series with a side effect
+    # And the backlog on one workspace was drained (in order: measure_backlog checks it) at each batch size, each
+    # throughput against BatchSize 1's
+    assert [(backlog.batch_size, backlog.jobs) for backlog in backlogs] == [
+        (size, end_to_end.QUICK_BACKLOG_JOBS) for size in end_to_end.BACKLOG_BATCH_SIZES
+    ]
+    backlog = [figure for figure in figures if figure.name.startswith("backlog of ")]
+    assert [figure.name for figure in backlog] == [
+        f"backlog of {end_to_end.QUICK_BACKLOG_JOBS} small patches on 1 workspace: throughput, BatchSize {size}"
+        for size in end_to_end.BACKLOG_BATCH_SIZES
+    ]
+    assert {figure.baseline for figure in backlog} == {backlogs[0].throughput}
