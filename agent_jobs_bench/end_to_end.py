@@ -14,6 +14,11 @@ job SUCCEEDED in the table, its commit on the workspace), recorded by `install` 
 the level's jobs over the time from its first POST to its last applied job. The baseline of the throughput ratio is
 the 1-workspace throughput of the same run: one message group is processed in order, one job at a time, so more
 throughput can only come from more groups, up to MaximumConcurrency invocations at once.
+
+The naive pattern (`agent_jobs_bench.naive`) runs the same levels in a runtime of its own (`install_naive`): its
+producer called directly on the emulator, its worker as the function's handler; its latencies are the baselines of
+Agent Jobs' latencies. A last series drains a backlog of small patches on one workspace with the worker's BatchSize
+at 1 and at 10 (`measure_backlog`), each in a fresh runtime: what batching within one group buys.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import ModuleType
@@ -57,6 +62,10 @@ BARE_NOTE = (
     "groups; compare the series with a side effect"
 )
 APPLIED_LOG = "applied.log"
+NAIVE_NOTE = (
+    "its producer is `naive_enqueue` called directly, with no HTTP API or token check in front; its worker loops over a"
+    " batch's records one after another, with no claim, no check of the jobs ahead and no fencing"
+)
 # A backlog on one workspace: small patches submitted at once (POST /jobs:batch, 10 a request), drained by the worker
 # with the template's BatchSize at 1 and at 10 (the FIFO maximum): what batching within one message group buys.
 BACKLOG_JOBS = 100
@@ -73,7 +82,7 @@ def install(handler_module: ModuleType, config: dict[str, Any]) -> None:
     """Worker bootstrap (in each worker process): folder workspaces under the worker's WORKSPACES_ROOT, and a line
     `<jobId> <epoch seconds>` appended to `config["applied_log"]` when a record's processing returns; each commit
     first waits the seconds written in `config["side_effect_file"]` (the series' simulated IO)."""
-    from agent_jobs_local.folder_workspaces import LocalWorkspace, LocalWorkspaceStore
+    from agent_jobs_local.folder_workspaces import LocalWorkspaceStore
     from job_worker import processing
 
     applied_log = str(config["applied_log"])
@@ -98,6 +107,37 @@ def install(handler_module: ModuleType, config: dict[str, Any]) -> None:
             _append(applied_log, f"{job_id} {time.time():.6f}\n")
 
     processing.BatchWorker.process_record = process_record  # type: ignore[method-assign]
+    _wait_in_commits(side_effect_file)
+
+
+def install_naive(handler_module: ModuleType, config: dict[str, Any]) -> None:
+    """Worker bootstrap of the naive series: the function's handler is the naive pattern's worker
+    (`agent_jobs_bench.naive.NaiveWorker`, a sequential loop over the batch) on the same queue and table, committing to
+    the same folder workspaces with the same simulated IO; a line to the applied log when a record's processing
+    returns, as `install` writes for Agent Jobs."""
+    from agent_jobs.services import build_services
+    from agent_jobs_bench.naive import NaiveWorker, commit_to_folder
+
+    applied_log = str(config["applied_log"])
+    _wait_in_commits(Path(str(config["side_effect_file"])))
+    services = build_services()
+
+    class LoggedNaiveWorker(NaiveWorker):
+        def process(self, record: dict[str, Any]) -> None:
+            super().process(record)
+            _append(applied_log, f"{json.loads(record['body'])['jobId']} {time.time():.6f}\n")
+
+    naive = LoggedNaiveWorker(
+        services.dynamodb,
+        services.settings.table_name,
+        commit_to_folder(Path(services.settings.workspaces_root)),
+    )
+    setattr(handler_module, "lambda_handler", naive.handle)  # noqa: B010
+
+
+def _wait_in_commits(side_effect_file: Path) -> None:
+    from agent_jobs_local.folder_workspaces import LocalWorkspace
+
     original_commit = LocalWorkspace.commit
 
     @functools.wraps(original_commit)
@@ -136,6 +176,19 @@ class Level:
         return ordered[min(len(ordered) - 1, max(0, round(fraction * len(ordered)) - 1))]
 
 
+def wait_applied(log: Path, job_ids: Sequence[str]) -> dict[str, float]:
+    """When each job was applied, once every one of them is (RuntimeError past LEVEL_TIMEOUT_SECONDS)."""
+    deadline = time.monotonic() + LEVEL_TIMEOUT_SECONDS
+    while True:
+        applied = _applied(log)
+        missing = [job_id for job_id in job_ids if job_id not in applied]
+        if not missing:
+            return applied
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{len(missing)} of {len(job_ids)} jobs not applied in {LEVEL_TIMEOUT_SECONDS} s")
+        time.sleep(0.05)
+
+
 def _applied(log: Path) -> dict[str, float]:
     if not log.exists():
         return {}
@@ -146,18 +199,74 @@ def _applied(log: Path) -> dict[str, float]:
     return applied
 
 
-def run_level(api_url: str, log: Path, workspaces: int, jobs_per_workspace: int, run_id: str) -> Level:
-    """One agent per workspace submits its jobs in order, all agents at once, while the worker runs; waits until
-    every job is applied."""
+# How a level's agents submit one job: (job id, workspace id) → nothing, once the job is accepted.
+Submit = Callable[[str, str], None]
+
+
+def api_submitter(api_url: str) -> tuple[Submit, Callable[[Sequence[str]], None]]:
+    """Agent Jobs' producer: POST /jobs over HTTP with a real token; and how a level registers its workspaces."""
     from agent_jobs_bench.submit import register_folder_workspaces, submit_patch_job
     from agent_jobs_local.auth import mint_token
 
     token = mint_token("default")
+
+    def submit(job_id: str, workspace_id: str) -> None:
+        submit_patch_job(api_url, token, job_id, workspace_id, patch=_patch(job_id), message=job_id)
+
+    return submit, lambda workspace_ids: register_folder_workspaces(api_url, token, workspace_ids)
+
+
+def naive_submitter(runtime: Any) -> Submit:
+    """The naive pattern's producer (`agent_jobs_bench.naive.naive_enqueue`: GetItem, PutItem, SendMessage) called
+    directly on the emulator, as a service would without an API in front; one set of clients per agent thread."""
+    from agent_jobs_bench.naive import naive_enqueue
+    from agent_jobs_local.runtime_aws import aws_clients
+
+    resources = runtime.resources
+    local = threading.local()
+
+    def submit(job_id: str, workspace_id: str) -> None:
+        if not hasattr(local, "clients"):
+            local.clients = aws_clients(runtime.region, runtime.endpoint_url)
+        job = {
+            "jobId": job_id,
+            "workspaceId": workspace_id,
+            "type": "apply_patch",
+            "payload": {"patch": _patch(job_id), "commitMessage": job_id},
+        }
+        naive_enqueue(
+            job,
+            "default",
+            dynamodb=local.clients.dynamodb,
+            sqs=local.clients.sqs,
+            table_name=resources.table_name,
+            queue_url=resources.queue_url,
+        )
+
+    return submit
+
+
+def _patch(job_id: str) -> str:
+    return f"--- a/{job_id}\n+++ b/{job_id}\n@@ -0,0 +1 @@\n+{job_id}\n"
+
+
+def run_level(
+    submit: Submit,
+    register: Callable[[Sequence[str]], None] | None,
+    log: Path,
+    *,
+    workspaces: int,
+    jobs_per_workspace: int,
+    run_id: str,
+) -> Level:
+    """One agent per workspace submits its jobs in order, all agents at once, while the worker runs; waits until
+    every job is applied."""
     plan = {
         f"e2e-{run_id}-w{workspaces}-{ws}": [f"e2e-{run_id}-w{workspaces}-{ws}-{n}" for n in range(jobs_per_workspace)]
         for ws in range(workspaces)
     }
-    register_folder_workspaces(api_url, token, plan)
+    if register is not None:
+        register(list(plan))
     submitted: dict[str, float] = {}
     errors: list[BaseException] = []
 
@@ -165,14 +274,7 @@ def run_level(api_url: str, log: Path, workspaces: int, jobs_per_workspace: int,
         try:
             for job_id in job_ids:
                 submitted[job_id] = time.time()
-                submit_patch_job(
-                    api_url,
-                    token,
-                    job_id,
-                    workspace_id,
-                    patch=f"--- a/{job_id}\n+++ b/{job_id}\n@@ -0,0 +1 @@\n+{job_id}\n",
-                    message=job_id,
-                )
+                submit(job_id, workspace_id)
         except BaseException as error:  # reported below, in this thread
             errors.append(error)
 
@@ -183,26 +285,22 @@ def run_level(api_url: str, log: Path, workspaces: int, jobs_per_workspace: int,
         thread.join()
     if errors:
         raise errors[0]
-    deadline = time.monotonic() + LEVEL_TIMEOUT_SECONDS
-    while True:
-        applied = _applied(log)
-        missing = [job_id for job_id in submitted if job_id not in applied]
-        if not missing:
-            break
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{len(missing)} of {len(submitted)} jobs not applied in {LEVEL_TIMEOUT_SECONDS} s")
-        time.sleep(0.05)
+    applied = wait_applied(log, list(submitted))
     latencies = [applied[job_id] - at for job_id, at in submitted.items()]
     seconds = max(applied[job_id] for job_id in submitted) - min(submitted.values())
     return Level(workspaces=workspaces, jobs=len(submitted), latencies=latencies, seconds=seconds)
 
 
 def measure(
-    counts: Sequence[int], jobs_per_workspace: int, side_effects: Sequence[float] = (0.0,)
+    counts: Sequence[int],
+    jobs_per_workspace: int,
+    side_effects: Sequence[float] = (0.0,),
+    *,
+    naive_pattern: bool = False,
 ) -> dict[float, list[Level]]:
     """The local runtime with `MAXIMUM_CONCURRENCY` worker invocations at most; a warm-up level (so each level meets
     warm execution environments, as a steady load does), then a level for each side effect duration (a series) and
-    each workspace count."""
+    each workspace count. `naive_pattern`: the naive pattern's producer and worker on the runtime instead."""
     from agent_jobs_local.runtime import LocalRuntime
 
     run_id = uuid.uuid4().hex[:6]
@@ -213,7 +311,7 @@ def measure(
             workspaces_root=Path(tmp) / "workspaces",
             time_scale=TIME_SCALE,
             parameter_overrides={"WorkerMaximumConcurrency": MAXIMUM_CONCURRENCY},
-            worker_bootstrap="agent_jobs_bench.end_to_end:install",
+            worker_bootstrap=f"agent_jobs_bench.end_to_end:{'install_naive' if naive_pattern else 'install'}",
             bootstrap_config={
                 "applied_log": str(log),
                 "side_effect_file": str(side_effect_file),
@@ -221,11 +319,25 @@ def measure(
         )
         series: dict[float, list[Level]] = {}
         with runtime:
-            run_level(runtime.api_url, log, MAXIMUM_CONCURRENCY, 2, f"{run_id}warm")
+            if naive_pattern:
+                submit, register = naive_submitter(runtime), None
+            else:
+                submit, register = api_submitter(runtime.api_url)
+            run_level(
+                submit, register, log, workspaces=MAXIMUM_CONCURRENCY, jobs_per_workspace=2, run_id=f"{run_id}warm"
+            )
             for number, seconds in enumerate(side_effects):
                 side_effect_file.write_text(str(seconds))
                 series[seconds] = [
-                    run_level(runtime.api_url, log, count, jobs_per_workspace, f"{run_id}s{number}") for count in counts
+                    run_level(
+                        submit,
+                        register,
+                        log,
+                        workspaces=count,
+                        jobs_per_workspace=jobs_per_workspace,
+                        run_id=f"{run_id}s{number}",
+                    )
+                    for count in counts
                 ]
         return series
 
@@ -284,7 +396,8 @@ def measure_backlog(batch_size: int, jobs: int) -> Backlog:
             bootstrap_config={"applied_log": str(log), "side_effect_file": str(Path(tmp) / "no-side-effect")},
         )
         with runtime:
-            run_level(runtime.api_url, log, 1, 1, f"{run_id}warm")
+            submit, register = api_submitter(runtime.api_url)
+            run_level(submit, register, log, workspaces=1, jobs_per_workspace=1, run_id=f"{run_id}warm")
             token = mint_token("default")
             workspace_id = f"backlog-{run_id}"
             register_folder_workspaces(runtime.api_url, token, [workspace_id])
@@ -292,16 +405,7 @@ def measure_backlog(batch_size: int, jobs: int) -> Backlog:
             started = time.time()
             submit_batches(runtime.api_url, token, workspace_id, job_ids)
             submitted = time.time()
-            deadline = time.monotonic() + LEVEL_TIMEOUT_SECONDS
-            while True:
-                applied = _applied(log)
-                missing = [job_id for job_id in job_ids if job_id not in applied]
-                if not missing:
-                    break
-                if time.monotonic() > deadline:
-                    late = f"{len(missing)} of {jobs} backlog jobs not applied in {LEVEL_TIMEOUT_SECONDS} s"
-                    raise RuntimeError(late)
-                time.sleep(0.05)
+            applied = wait_applied(log, job_ids)
             order = sorted(job_ids, key=lambda job_id: applied[job_id])
             if order != job_ids:
                 raise RuntimeError("the backlog's jobs were applied out of order")
@@ -341,6 +445,7 @@ def run(quick: bool = False) -> list[Figure]:
     counts = QUICK_WORKSPACE_COUNTS if quick else WORKSPACE_COUNTS
     per_workspace = QUICK_JOBS_PER_WORKSPACE if quick else JOBS_PER_WORKSPACE
     measured = measure(counts, per_workspace, SIDE_EFFECTS)
+    naive = measure(counts, per_workspace, SIDE_EFFECTS, naive_pattern=True)
     backlog_jobs = QUICK_BACKLOG_JOBS if quick else BACKLOG_JOBS
     backlogs = [measure_backlog(batch_size, backlog_jobs) for batch_size in BACKLOG_BATCH_SIZES]
     figures: list[Figure] = []
@@ -351,9 +456,12 @@ def run(quick: bool = False) -> list[Figure]:
             f"{per_workspace} apply_patch jobs per workspace on folder workspaces, {name}, one agent per workspace; "
             f"MaximumConcurrency {MAXIMUM_CONCURRENCY}, time_scale {TIME_SCALE}"
         )
-        for level in levels:
+        for level, naive_level in zip(levels, naive[seconds], strict=True):
             label = f"{level.workspaces} workspace{'s' if level.workspaces > 1 else ''}"
-            latency_note = f"enqueue (POST) to applied, {level.jobs} jobs submitted while the worker runs; {setup}"
+            latency_note = (
+                f"enqueue (POST) to applied, {level.jobs} jobs submitted while the worker runs; baseline: the naive"
+                f" pattern in a runtime of its own, same run ({NAIVE_NOTE}); {setup}"
+            )
             figures += [
                 Figure(
                     BENCHMARK,
@@ -361,6 +469,7 @@ def run(quick: bool = False) -> list[Figure]:
                     level.percentile(0.5) * 1000,
                     "ms",
                     COMMAND,
+                    baseline=naive_level.percentile(0.5) * 1000,
                     note=latency_note,
                 ),
                 Figure(
@@ -369,6 +478,7 @@ def run(quick: bool = False) -> list[Figure]:
                     level.percentile(0.99) * 1000,
                     "ms",
                     COMMAND,
+                    baseline=naive_level.percentile(0.99) * 1000,
                     note=latency_note,
                 ),
                 Figure(
@@ -379,7 +489,7 @@ def run(quick: bool = False) -> list[Figure]:
                     COMMAND,
                     baseline=baseline,
                     note=f"{level.jobs} jobs, first POST to last applied {level.seconds:.2f} s; baseline: 1 workspace, "
-                    f"same run; {setup}",
+                    f"same run; the naive pattern: {naive_level.throughput:.2f} jobs/s; {setup}",
                 ),
             ]
         at_limit = [level for level in levels if level.workspaces <= MAXIMUM_CONCURRENCY][-1]

@@ -14,11 +14,13 @@ def test_end_to_end_quick_run_reports_latency_and_throughput_per_workspace_count
 ) -> None:
     # Given the levels the benchmark measures are kept
     measured: dict[float, Any] = {}
+    naive: dict[float, Any] = {}
     measure = end_to_end.measure
 
-    def kept(counts: Any, jobs_per_workspace: int, side_effects: Any) -> Any:
-        measured.update(measure(counts, jobs_per_workspace, side_effects))
-        return measured
+    def kept(counts: Any, jobs_per_workspace: int, side_effects: Any, *, naive_pattern: bool = False) -> Any:
+        levels = measure(counts, jobs_per_workspace, side_effects, naive_pattern=naive_pattern)
+        (naive if naive_pattern else measured).update(levels)
+        return levels
 
     monkeypatch.setattr(end_to_end, "measure", kept)
     backlogs: list[Any] = []
@@ -36,8 +38,8 @@ def test_end_to_end_quick_run_reports_latency_and_throughput_per_workspace_count
     # Then in each series each workspace count had every one of its jobs applied
     counts = end_to_end.QUICK_WORKSPACE_COUNTS
     per_workspace = end_to_end.QUICK_JOBS_PER_WORKSPACE
-    assert list(measured) == list(end_to_end.SIDE_EFFECTS)
-    for levels in measured.values():
+    assert list(measured) == list(naive) == list(end_to_end.SIDE_EFFECTS)
+    for levels in [*measured.values(), *naive.values()]:
         assert [level.workspaces for level in levels] == list(counts)
         for level in levels:
             assert level.jobs == level.workspaces * per_workspace
@@ -53,6 +55,9 @@ def test_end_to_end_quick_run_reports_latency_and_throughput_per_workspace_count
                 f"{series}: latency p99, {label}",
                 f"{series}: throughput, {label}",
             ]
+        # The latencies beside the naive pattern's at the same workspace count, in the same run
+        p50s = [figure for figure in in_series if figure.name.startswith(f"{series}: latency p50, ")]
+        assert [figure.baseline for figure in p50s] == [level.percentile(0.5) * 1000 for level in naive[seconds]]
         throughputs = [figure for figure in in_series if figure.name.startswith(f"{series}: throughput, ")]
         assert len(throughputs) == len(counts)
         assert {figure.baseline for figure in throughputs} == {throughputs[0].value}
