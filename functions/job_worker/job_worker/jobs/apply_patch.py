@@ -38,13 +38,22 @@ class AppliesPatchesOnce(Protocol):
 
 
 def _looks_like_a_diff(patch: str) -> bool:
-    return patch.startswith(("diff --git ", "--- ", "Index: ")) or "\n--- " in patch or "\n@@ " in patch
+    # A git section needs no '---' or '@@' line: a pure rename, a mode change, an empty file added or deleted are
+    # its 'diff --git' line and extended headers alone, also inside a `git format-patch` mail.
+    return (
+        patch.startswith(("diff --git ", "--- ", "Index: "))
+        or "\ndiff --git " in patch
+        or "\n--- " in patch
+        or "\n@@ " in patch
+    )
 
 
 def run(job: ApplyPatchJob, context: JobContext) -> dict[str, Any]:
     workspace = context.workspace
     if not _looks_like_a_diff(job.payload.patch):
-        raise PermanentJobError(f"payload.patch of job {job.job_id} is not a unified diff (no '---' or '@@' lines)")
+        raise PermanentJobError(
+            f"payload.patch of job {job.job_id} is not a unified diff (no 'diff --git', '---' or '@@' lines)"
+        )
     author = job.payload.author
     request = _PatchCommit(
         job_id=job.job_id,
