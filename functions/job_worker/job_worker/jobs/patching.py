@@ -22,6 +22,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 
 from unidiff.constants import DEV_NULL, LINE_TYPE_ADDED, LINE_TYPE_CONTEXT, LINE_TYPE_NO_NEWLINE, LINE_TYPE_REMOVED
 from unidiff.errors import UnidiffParseError
@@ -42,6 +43,11 @@ _FIX_IT = "regenerate the patch against the branch head"
 _SHOWN_LINE_CHARS = 80
 _C_ESCAPES = {"a": 7, "b": 8, "t": 9, "n": 10, "v": 11, "f": 12, "r": 13, '"': 34, "\\": 92}
 _GIT_PREFIX = re.compile(r"^[abciow12]/")
+# A `diff -u` header's time stamp (`2026-12-04 17:55:30.123456789 +0100`): `diff -N` dates a file that is absent on
+# one side at the Unix epoch, in the local time zone.
+_TIMESTAMP = re.compile(
+    r"^(?P<date>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})(?:\.\d+)?(?: (?P<sign>[+-])(?P<hours>\d{2})(?P<minutes>\d{2}))?$"
+)
 _CODE_POINTS = 0x110000  # a line of a search window is one character of a string, its code point the line's number
 
 
@@ -174,6 +180,12 @@ def _file_entry(patched: PatchedFile) -> _FileEntry:
         old_path, new_path = _unquote(extended["rename from"]), _unquote(extended["rename to"])
     elif not git_format and old_path is not None and new_path is not None:
         old_path = new_path  # a plain diff names the file it patches in `+++` (`--- x.orig` / `+++ x`)
+        # `diff -N` writes a file absent on one side as empty, dated at the epoch: git apply and GNU patch create it
+        # (absent before) or delete it (absent after, when the hunks leave it empty), and so does this.
+        if _at_epoch(patched.target_timestamp):
+            new_path = None
+        elif _at_epoch(patched.source_timestamp):
+            old_path = None
     for path in (old_path, new_path):
         if path is not None:
             _check_path(path)
@@ -183,6 +195,18 @@ def _file_entry(patched: PatchedFile) -> _FileEntry:
     if not patched and old_path == new_path and not changes_mode and old_path is not None and new_path is not None:
         raise PatchDoesNotApplyError(new_path, None, f"the patch has no hunks for this file; {_FIX_IT}")
     return _FileEntry(old_path, new_path, list(patched), git_format, new_mode if changes_mode else None)
+
+
+def _at_epoch(timestamp: str | None) -> bool:
+    """Whether a plain diff's header time stamp is the Unix epoch (in whatever time zone it is written)."""
+    match = _TIMESTAMP.match((timestamp or "").strip())
+    if match is None:
+        return False
+    when = datetime.strptime(match["date"], "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC)
+    if match["sign"]:
+        offset = timedelta(hours=int(match["hours"]), minutes=int(match["minutes"]))
+        when -= offset if match["sign"] == "+" else -offset
+    return when == datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def _extended_header(line: str) -> tuple[str, str]:
