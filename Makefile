@@ -15,7 +15,7 @@ export SAM_CLI_TELEMETRY := 0
 export PATH := $(abspath $(BIN)):$(PATH)
 
 .PHONY: help venv hooks sandbox-tools node-tools format lint template-lint security-lint test test-fast unit coverage schema docs build \
-	build-local demo local chaos sim bench deploy clean
+	build-local demo local chaos differential sim bench deploy clean
 
 help: ## list the verbs
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -120,6 +120,10 @@ local: sandbox-tools $(STAMP) ## run the local stack for manual use; writes env.
 
 chaos: sandbox-tools $(STAMP) ## the chaos suite at a larger size (CHAOS_JOBS, default 1000)
 	CHAOS_JOBS=$${CHAOS_JOBS:-1000} CHAOS_WORKSPACES=$${CHAOS_WORKSPACES:-40} $(BIN)/python -m pytest tests/system -q
+
+# apply_patch against real git and GNU patch on DIFFERENTIAL_EXAMPLES random edits per format (make test runs 25).
+differential: $(STAMP) ## the differential test of apply_patch against git and GNU patch at a larger size (500 examples)
+	DIFFERENTIAL_EXAMPLES=$${DIFFERENTIAL_EXAMPLES:-500} $(BIN)/python -m pytest tests/git/test_differential.py -q
 
 # SEEDS seeds (default 1000) on every core; PLANT=<name> puts back one bug of the naive pattern (`--list-plants`).
 sim: $(STAMP) ## the deterministic simulation: SEEDS seeds with faults at every step; a failing seed prints its replay
