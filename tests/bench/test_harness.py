@@ -98,5 +98,5 @@ def test_harness_quick_run_writes_the_sections_of_real_benchmarks(tmp_path: Path
         assert "| Figure | Value | Baseline | Ratio | Goal | Met | Command |" in section, name
         assert "ERROR" not in section, section
     calls = sections["Calls and capacity per job"]
-    assert "| DynamoDB calls per job, happy path (worker) | 3 calls | 3 calls |" in calls
+    assert "| DynamoDB calls per job, happy path (worker) | 4 calls | 3 calls |" in calls
     assert "| DynamoDB calls per job, duplicate delivery | 1 calls | 1 calls |" in calls

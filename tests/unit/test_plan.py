@@ -91,20 +91,21 @@ def test_plan_cost_per_million_jobs_matches_a_hand_computation() -> None:
     plan = estimate(PlanInput(workspaces=10, rate=1.0, job_seconds=2.0, large_payload_share=0.5, deployment=deployment))
 
     # Then, per job: SQS send + receive + delete = 3 requests; Lambda (2 + 0.03 guard + 0.05 invocation) s x 1 GB;
-    # one invocation; 10 write units (accept 2x2, sent 1, claim 2x2, complete 1); half a PUT and half a GET; one
-    # HTTP API request
+    # one invocation; 4 write units (accept, sent, claim, complete: 1 each); 1.5 read units (the workspace after the
+    # claim, strongly consistent, and the pending index's empty range); half a PUT and half a GET; one HTTP API request
     by_key = {line.price_key: line for line in plan.cost_lines}
     assert by_key["sqs_fifo_request"].units_per_job == pytest.approx(3.0)
     assert by_key["lambda_arm_gb_second"].units_per_job == pytest.approx(2.08)
     assert by_key["lambda_request"].units_per_job == pytest.approx(1.0)
-    assert by_key["dynamodb_write_request_unit"].units_per_job == pytest.approx(10.0)
+    assert by_key["dynamodb_write_request_unit"].units_per_job == pytest.approx(4.0)
+    assert by_key["dynamodb_read_request_unit"].units_per_job == pytest.approx(1.5)
     assert by_key["s3_put"].units_per_job == pytest.approx(0.5)
     assert by_key["s3_get"].units_per_job == pytest.approx(0.5)
     assert by_key["http_api_request"].units_per_job == pytest.approx(1.0)
-    # $1.50 + $27.733472 + $0.20 + $6.25 + $2.50 + $0.20 + $1.00 per million jobs
-    assert plan.usd_per_million_jobs == pytest.approx(39.383472)
+    # $1.50 + $27.733472 + $0.20 + $2.50 + $0.1875 + $2.50 + $0.20 + $1.00 per million jobs
+    assert plan.usd_per_million_jobs == pytest.approx(35.820972)
     assert plan.monthly_jobs == 30 * 24 * 3600
-    assert plan.monthly_usd == pytest.approx(39.383472 * 2.592 + 5 * 129_600 * 0.5e-6)
+    assert plan.monthly_usd == pytest.approx(35.820972 * 2.592 + 5 * 129_600 * 0.5e-6)
 
 
 def test_plan_retries_cost_more_receives_writes_and_compute() -> None:
