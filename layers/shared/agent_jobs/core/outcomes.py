@@ -9,7 +9,7 @@ class ClaimOutcome(StrEnum):
     CLAIMED = "CLAIMED"  # run the job, then complete or fail with the lease
     DUPLICATE = "DUPLICATE"  # already SUCCEEDED or SKIPPED: acknowledge without effect
     BUSY = "BUSY"  # another worker holds a live lease: report the record failed, never acknowledge
-    WORKSPACE_HALTED = "WORKSPACE_HALTED"  # the workspace is HALTED or RESUMING: park the job
+    WORKSPACE_HALTED = "WORKSPACE_HALTED"  # the workspace is HALTED or RESUMING: park the job (under the claim's lease)
     SETTLED = "SETTLED"  # already DEAD, REJECTED or PARKED: its halt is on record; acknowledge
     EXHAUSTED = "EXHAUSTED"  # attempts used up by workers that never came back: now DEAD, workspace halted
     CONFLICT = "CONFLICT"  # same jobId, another payload: acknowledge without effect

@@ -138,7 +138,7 @@ class LeaseStore(DrainStore):
         same FIFO group is written before that job's message is deleted, so before this job could be delivered; a halt
         that lands after the read is one a transaction of the claim and a check of the workspace would have let pass
         as well (it landed after the claim), and the check for unsettled jobs ahead of the claimed job stands behind
-        it. The read costs half the write units a transaction's check would."""
+        it. The read costs 1 read unit; in a transaction the check cost 2 write units and doubled the claim's."""
         workspace = self._read(workspace_key(workspace_id))
         if workspace is None or workspace.get("state") not in HALTING_STATES:
             return None
