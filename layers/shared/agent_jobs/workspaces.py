@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
+from agent_jobs.core.records import registration_owner
 from agent_jobs.keys import workspace_key
 from agent_jobs.models import WorkspaceState
 from agent_jobs.registration import RegisteredWorkspace, WorkspaceRegistration
@@ -226,7 +227,7 @@ def workspace_status(workspace_id: str, item: Item) -> WorkspaceStatus:
     """A workspace item read as registration plus halt state."""
     tenant_id = item.get("tenantId")
     registered = None
-    if "remoteUrl" in item and tenant_id:
+    if registration_owner(item) is not None:
         registration = WorkspaceRegistration.model_validate(
             {
                 attribute: item[attribute]

@@ -103,3 +103,15 @@ class WorkspaceRecord:
             last_resume=LastResume(_str(last.get("haltingJobId")), _str(last.get("decision"))),
             undecided_job_ids=frozenset(str(job_id) for job_id in item.get("undecidedJobIds") or ()),
         )
+
+    @property
+    def halted(self) -> bool:
+        """HALTED or RESUMING: jobs that reach the workspace are parked behind the halt, not run."""
+        return self.state in (WorkspaceState.HALTED, WorkspaceState.RESUMING)
+
+
+def registration_owner(item: Mapping[str, Any]) -> str | None:
+    """The tenant a workspace item is registered to: its tenantId when it carries a registration (a remoteUrl); None
+    for an item with halt state only (its tenantId, if any, is the tenant a halt recorded), or no item at all."""
+    tenant_id = _str(item.get("tenantId"))
+    return tenant_id if tenant_id and "remoteUrl" in item else None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -9,7 +10,7 @@ from botocore.exceptions import ClientError
 
 from agent_jobs.core import decisions
 from agent_jobs.core.outcomes import AcceptOutcome
-from agent_jobs.core.records import JobRecord
+from agent_jobs.core.records import JobRecord, registration_owner
 from agent_jobs.keys import job_key, workspace_key
 from agent_jobs.models import JobMessage, JobStatus
 from agent_jobs.store.base import message_tenant
@@ -28,6 +29,12 @@ MAX_OWNERS_KEPT = 10_000
 
 class AcceptanceStore(StoreBase):
     """Records of accepted jobs."""
+
+    @functools.cached_property
+    def _registered_owners(self) -> dict[str, str]:
+        """The owner of each registered workspace this store has read: a registration's owner never changes, so what
+        was read once stays true for the life of the process."""
+        return {}
 
     def record_accepted(self, message: JobMessage) -> AcceptResult:
         """Record a job QUEUED before it is sent, unless its jobId is known: then say whether it is the same job.
@@ -67,14 +74,14 @@ class AcceptanceStore(StoreBase):
         owner = self._registered_owners.get(workspace_id)
         if owner is not None:
             return True, owner
-        item = self._read(workspace_key(workspace_id))
-        tenant = (item or {}).get("tenantId")
-        if item is None or "remoteUrl" not in item or not tenant:
-            return False, str(tenant) if tenant else None
+        item = self._read(workspace_key(workspace_id)) or {}
+        owner = registration_owner(item)
+        if owner is None:
+            return False, str(item["tenantId"]) if item.get("tenantId") else None
         if len(self._registered_owners) >= MAX_OWNERS_KEPT:
             self._registered_owners.pop(next(iter(self._registered_owners)))  # the oldest read goes first
-        self._registered_owners[workspace_id] = str(tenant)
-        return True, str(tenant)
+        self._registered_owners[workspace_id] = owner
+        return True, owner
 
     def _ownership_refusal(self, workspace_id: str, tenant_id: str) -> AcceptOutcome | None:
         """Why a job of `tenant_id` may not enter the workspace, or None when it is the tenant's registration."""

@@ -39,9 +39,6 @@ class StoreBase:
             raise ValueError(f"max_claims ({max_claims}) must be at least max_attempts ({max_attempts})")
         self._ttl_seconds = ttl_days * 86_400
         self._clock = clock
-        # The owner of each registered workspace this store has read (`AcceptanceStore`): a registration's owner never
-        # changes, so what was read once stays true for the life of the process.
-        self._registered_owners: dict[str, str] = {}
 
     def _failure_values(self) -> dict[str, int]:
         return {":zero": 0, ":one": 1, ":lastfailure": self._max_attempts - 1}

@@ -7,9 +7,10 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from agent_jobs.core.records import WorkspaceRecord
 from agent_jobs.core.transitions import UNSETTLED
 from agent_jobs.keys import job_key, parked_sequence, workspace_key
-from agent_jobs.models import JobStatus, WorkspaceState
+from agent_jobs.models import JobStatus
 from agent_jobs.store.base import StoreBase
 from agent_jobs.store.codec import Item, to_item, wire
 from agent_jobs.store.conditions import HALTED_INDEX, MAX_MISSING_LISTED, PENDING_INDEX, WORKSPACE_INDEX
@@ -162,7 +163,7 @@ class QueryStore(StoreBase):
         response = self._client.query(**kwargs)
         items = [to_item(raw) for raw in response.get("Items", [])]
         # The index may lag a resume that just finished: show only what it says is still halted or resuming.
-        shown = [item for item in items if item.get("state") in (WorkspaceState.HALTED, WorkspaceState.RESUMING)]
+        shown = [item for item in items if WorkspaceRecord.from_item(item).halted]
         last = response.get("LastEvaluatedKey")
         return HaltedPage(shown, to_item(last) if last else None)
 
