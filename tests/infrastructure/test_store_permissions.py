@@ -59,6 +59,7 @@ WORKER: dict[str, Callable[[JobGuard], object]] = {
     "claim": lambda g: g.claim(MESSAGE, message_id="m1", sequence_number="5", remaining_ms=100),
     "missing predecessors": lambda g: g.missing_predecessors("w1", tenant_id="t1", job_id="j1", sequence_number="5"),
     "complete": lambda g: g.complete(LEASE, {"seconds": 1.5}),
+    "still holds a lease": lambda g: g.holds(LEASE),
     "fail": lambda g: g.fail(LEASE, "error", permanent=True, body="b"),
     "fail a drained job": lambda g: g.fail(DRAINED, "error"),
     "park": lambda g: g.park(MESSAGE, **PARK, halt_workspace=True, lease=LEASE),  # type: ignore[arg-type]

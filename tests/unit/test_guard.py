@@ -263,20 +263,35 @@ def test_claim_in_halted_workspace_is_refused_and_job_can_be_parked(guard: JobGu
     assert "ttl" not in parked
 
 
+def take_over(stack: Stack, job_id: str) -> None:
+    """Another worker takes the job's lease over (its expiry passed by that worker's clock)."""
+    stack.services.dynamodb.update_item(
+        TableName=stack.table_name,
+        Key={"pk": {"S": stack.job(job_id)["pk"]}},
+        UpdateExpression="SET leaseOwner = :o",
+        ExpressionAttributeValues={":o": {"S": "another-worker"}},
+    )
+
+
 def test_a_park_under_a_lease_another_worker_took_over_is_refused(guard: JobGuard, stack: Stack):
     guard.fail(claim(guard, make_message("j1")).lease, "bad", permanent=True)
     later = make_message("j2")
     result = claim(guard, later)
-    stack.services.dynamodb.update_item(  # another worker took the lease over meanwhile
-        TableName=stack.table_name,
-        Key={"pk": {"S": stack.job("j2")["pk"]}},
-        UpdateExpression="SET leaseOwner = :o",
-        ExpressionAttributeValues={":o": {"S": "another-worker"}},
-    )
+    take_over(stack, "j2")
     assert not guard.park(
         later, message_id="m-2", sequence_number="200", body="{}", reason="halted", lease=result.lease, unclaim=True
     )
     assert stack.job("j2")["status"] == JobStatus.IN_FLIGHT
+
+
+def test_holds_says_whether_a_lease_still_holds_its_job(guard: JobGuard, stack: Stack):
+    lease = claim(guard, make_message("j1")).lease
+    assert guard.holds(lease)
+    take_over(stack, "j1")
+    assert not guard.holds(lease)
+    done = claim(guard, make_message("j2")).lease
+    assert guard.complete(done, {})
+    assert not guard.holds(done)  # SUCCEEDED: no longer IN_FLIGHT under any lease
 
 
 def test_first_halt_keeps_its_halting_job(guard: JobGuard, stack: Stack):

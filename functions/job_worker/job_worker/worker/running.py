@@ -12,7 +12,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from agent_jobs.guard import ClaimOutcome, FailOutcome, Item, Lease
-from agent_jobs.models import JobMessage, JobStatus, PayloadUnavailableError
+from agent_jobs.models import JobMessage, PayloadUnavailableError
 from job_worker.jobs import run_job
 from job_worker.jobs.context import JobContext
 from job_worker.jobs.errors import PermanentJobError
@@ -58,7 +58,11 @@ class JobRunning(RecordParsing):
             lease_left_ms = int((claim.previous or {}).get("leaseExpiresAt", 0)) - guard.now()
             self.logger.info("job is leased by another worker: retry after its lease")
             raise RetryLaterError("leased by another worker", max(1, lease_left_ms // 1000 + 1))
-        if outcome is ClaimOutcome.WORKSPACE_HALTED and self._parked_behind_the_halt(record, message, claim.lease):
+        if (
+            outcome is ClaimOutcome.WORKSPACE_HALTED
+            and claim.lease is not None
+            and self._parked_behind_the_halt(record, message, claim.lease)
+        ):
             return
         if outcome in (ClaimOutcome.SETTLED, ClaimOutcome.CONFLICT, ClaimOutcome.EXHAUSTED):
             previous_status = (claim.previous or {}).get("status")
@@ -82,16 +86,13 @@ class JobRunning(RecordParsing):
             sequence_number=record.attributes.sequence_number,
         )
 
-    def _parked_behind_the_halt(self, record: SQSRecord, message: JobMessage, lease: Lease | None) -> bool:
+    def _parked_behind_the_halt(self, record: SQSRecord, message: JobMessage, lease: Lease) -> bool:
         """The claim found the workspace HALTED or RESUMING: park the job under its new lease and take the claim back.
         False when the park was refused but the job is still ours (the workspace became ACTIVE again between the claim
         and the park: a resume ended): it runs. Raises RetryLaterError when the lease was lost meanwhile."""
-        if lease is None:
-            raise RetryLaterError("workspace halted and no lease to park under: claim again", 0)
         if self._park(record, message, reason="workspace halted", lease=lease, unclaim=True):
             return True
-        job = self.services.guard.get_job(lease.tenant_id, lease.job_id) or {}
-        if job.get("leaseOwner") == lease.owner and job.get("status") == JobStatus.IN_FLIGHT:
+        if self.services.guard.holds(lease):
             self.logger.info("the workspace became ACTIVE again before the job could be parked: it runs")
             return False
         raise RetryLaterError("lease lost before the job could be parked: claim again", 0)

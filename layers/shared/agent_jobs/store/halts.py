@@ -46,10 +46,9 @@ class HaltStore(QueryStore):
 
         With `lease`, the job is one this worker just claimed (conditional on still owning it); with `unclaim` as well,
         the claim is taken back (its attempt is not counted: the job never ran, it found its workspace halted); with
-        `missing` (what
-        `missing_predecessors` found for it), the workspace is halted by the earliest of them in the same
-        transaction, every one of them joining the jobs the operator decides (`undecidedJobIds`), so that a resume
-        lets nothing run before each was redriven and retried, or skipped; the reason names them.
+        `missing` (what `missing_predecessors` found for it), the workspace is halted by the earliest of them in the
+        same transaction, every one of them joining the jobs the operator decides (`undecidedJobIds`), so that a
+        resume lets nothing run before each was redriven and retried, or skipped; the reason names them.
 
         With `halt_workspace`, the workspace is halted in the same transaction (used when a message reaches its last
         delivery: parking it instead of letting the queue dead-letter it keeps the group's order intact); without it,

@@ -10,10 +10,10 @@ from botocore.exceptions import ClientError
 
 from agent_jobs.core import decisions
 from agent_jobs.core.outcomes import ClaimOutcome, FailOutcome
-from agent_jobs.core.records import JobRecord
+from agent_jobs.core.records import JobRecord, WorkspaceRecord
 from agent_jobs.core.transitions import JobAction
-from agent_jobs.keys import job_key, workspace_key
-from agent_jobs.models import JobMessage, JobStatus, WorkspaceState
+from agent_jobs.keys import job_key
+from agent_jobs.models import JobMessage, JobStatus
 from agent_jobs.store.base import message_clauses, message_tenant, message_values
 from agent_jobs.store.codec import Item, condition_failed, stored_error, to_item
 from agent_jobs.store.conditions import (
@@ -27,9 +27,6 @@ from agent_jobs.store.conditions import (
 )
 from agent_jobs.store.drain import DrainStore
 from agent_jobs.store.results import ClaimResult, Lease
-
-# The states of a workspace in which a claimed job is parked instead of run.
-HALTING_STATES = frozenset({str(WorkspaceState.HALTED), str(WorkspaceState.RESUMING)})
 
 
 class LeaseStore(DrainStore):
@@ -139,10 +136,15 @@ class LeaseStore(DrainStore):
         that lands after the read is one a transaction of the claim and a check of the workspace would have let pass
         as well (it landed after the claim), and the check for unsettled jobs ahead of the claimed job stands behind
         it. The read costs 1 read unit; in a transaction the check cost 2 write units and doubled the claim's."""
-        workspace = self._read(workspace_key(workspace_id))
-        if workspace is None or workspace.get("state") not in HALTING_STATES:
+        workspace = self.get_workspace(workspace_id)
+        if workspace is None or not WorkspaceRecord.from_item(workspace, workspace_id).halted:
             return None
         return workspace
+
+    def holds(self, lease: Lease) -> bool:
+        """Whether `lease` still holds its job (read consistently): the job IN_FLIGHT under this lease's owner."""
+        job = self.get_job(lease.tenant_id, lease.job_id)
+        return job is not None and not decisions.fail_lost(JobRecord.from_item(job), owner=lease.owner)
 
     def _explain_lost_claim(
         self,
