@@ -294,6 +294,24 @@ def test_holds_says_whether_a_lease_still_holds_its_job(guard: JobGuard, stack: 
     assert not guard.holds(done)  # SUCCEEDED: no longer IN_FLIGHT under any lease
 
 
+def test_no_write_for_another_tenants_job_changes_a_registered_workspaces_owner(guard: JobGuard, stack: Stack):
+    # The enqueue keeps a registration's owner for the life of its process (`registered_owner`): sound only while
+    # nothing changes the owner. Given ws-a registered to tenant-1 (the fixture), and every guard write that touches a
+    # workspace item made for jobs of tenant-2 naming ws-a: a halt, a rejection, a redriven job parked with a halt
+    guard.halt_workspace("ws-a", tenant_id="tenant-2", job_id="x1", reason="last delivery")
+    guard.reject(message_id="m-x2", job_id="x2", workspace_id="ws-a", tenant_id="tenant-2", reason="bad", body="{}")
+    intruder = make_message("x3", tenant_id="tenant-2")
+    assert guard.park(
+        intruder, message_id="m-x3", sequence_number="300", body="{}", reason="redriven", halt_workspace=True
+    )
+
+    # Then the workspace is still tenant-1's, a process reading it now keeps tenant-1, and tenant-2 is refused
+    assert stack.workspace("ws-a")["tenantId"] == "tenant-1"
+    fresh = JobGuard(stack.services.dynamodb, stack.table_name)
+    assert fresh.registered_owner("ws-a") == (True, "tenant-1")
+    assert fresh.record_accepted(make_message("x4", tenant_id="tenant-2")).outcome is AcceptOutcome.WORKSPACE_FORBIDDEN
+
+
 def test_first_halt_keeps_its_halting_job(guard: JobGuard, stack: Stack):
     guard.fail(claim(guard, make_message("j1")).lease, "first", permanent=True)
     guard.reject(message_id="m-9", job_id=None, workspace_id="ws-a", tenant_id=None, reason="bad body", body="x")
