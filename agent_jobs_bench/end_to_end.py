@@ -23,6 +23,7 @@ at 1 and at 10 (`measure_backlog`), each in a fresh runtime: what batching withi
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -30,13 +31,16 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent_jobs_bench.figures import Comparison, Figure, Goal
+
+if TYPE_CHECKING:
+    from agent_jobs_local.runtime import LocalRuntime
 
 BENCHMARK = "End to end, local runtime"
 COMMAND = ".venv/bin/python -m agent_jobs_bench --only end_to_end"
@@ -216,10 +220,11 @@ def api_submitter(api_url: str) -> tuple[Submit, Callable[[Sequence[str]], None]
     return submit, lambda workspace_ids: register_folder_workspaces(api_url, token, workspace_ids)
 
 
-def naive_submitter(runtime: Any) -> Submit:
+def naive_submitter(runtime: LocalRuntime) -> Submit:
     """The naive pattern's producer (`agent_jobs_bench.naive.naive_enqueue`: GetItem, PutItem, SendMessage) called
     directly on the emulator, as a service would without an API in front; one set of clients per agent thread."""
     from agent_jobs_bench.naive import naive_enqueue
+    from agent_jobs_bench.submit import patch_job
     from agent_jobs_local.runtime_aws import aws_clients
 
     resources = runtime.resources
@@ -228,14 +233,8 @@ def naive_submitter(runtime: Any) -> Submit:
     def submit(job_id: str, workspace_id: str) -> None:
         if not hasattr(local, "clients"):
             local.clients = aws_clients(runtime.region, runtime.endpoint_url)
-        job = {
-            "jobId": job_id,
-            "workspaceId": workspace_id,
-            "type": "apply_patch",
-            "payload": {"patch": _patch(job_id), "commitMessage": job_id},
-        }
         naive_enqueue(
-            job,
+            patch_job(job_id, workspace_id, patch=_patch(job_id), message=job_id),
             "default",
             dynamodb=local.clients.dynamodb,
             sqs=local.clients.sqs,
@@ -291,6 +290,28 @@ def run_level(
     return Level(workspaces=workspaces, jobs=len(submitted), latencies=latencies, seconds=seconds)
 
 
+@contextlib.contextmanager
+def _local_runtime(
+    prefix: str, overrides: Mapping[str, object], *, naive_pattern: bool = False
+) -> Iterator[tuple[LocalRuntime, Path, Path]]:
+    """A running local runtime at most `MAXIMUM_CONCURRENCY` worker invocations wide (plus `overrides`), whose worker
+    is installed by `install` (or `install_naive`), in a scratch folder; yields it with its applied log and the file
+    that sets its side effect's seconds."""
+    from agent_jobs_local.runtime import LocalRuntime
+
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        log, side_effect_file = Path(tmp) / APPLIED_LOG, Path(tmp) / "side-effect-seconds"
+        runtime = LocalRuntime(
+            workspaces_root=Path(tmp) / "workspaces",
+            time_scale=TIME_SCALE,
+            parameter_overrides={"WorkerMaximumConcurrency": MAXIMUM_CONCURRENCY, **overrides},
+            worker_bootstrap=f"agent_jobs_bench.end_to_end:{'install_naive' if naive_pattern else 'install'}",
+            bootstrap_config={"applied_log": str(log), "side_effect_file": str(side_effect_file)},
+        )
+        with runtime:
+            yield runtime, log, side_effect_file
+
+
 def measure(
     counts: Sequence[int],
     jobs_per_workspace: int,
@@ -301,45 +322,28 @@ def measure(
     """The local runtime with `MAXIMUM_CONCURRENCY` worker invocations at most; a warm-up level (so each level meets
     warm execution environments, as a steady load does), then a level for each side effect duration (a series) and
     each workspace count. `naive_pattern`: the naive pattern's producer and worker on the runtime instead."""
-    from agent_jobs_local.runtime import LocalRuntime
-
     run_id = uuid.uuid4().hex[:6]
-    with tempfile.TemporaryDirectory(prefix="agent-jobs-e2e-") as tmp:
-        log = Path(tmp) / APPLIED_LOG
-        side_effect_file = Path(tmp) / "side-effect-seconds"
-        runtime = LocalRuntime(
-            workspaces_root=Path(tmp) / "workspaces",
-            time_scale=TIME_SCALE,
-            parameter_overrides={"WorkerMaximumConcurrency": MAXIMUM_CONCURRENCY},
-            worker_bootstrap=f"agent_jobs_bench.end_to_end:{'install_naive' if naive_pattern else 'install'}",
-            bootstrap_config={
-                "applied_log": str(log),
-                "side_effect_file": str(side_effect_file),
-            },
-        )
-        series: dict[float, list[Level]] = {}
-        with runtime:
-            if naive_pattern:
-                submit, register = naive_submitter(runtime), None
-            else:
-                submit, register = api_submitter(runtime.api_url)
-            run_level(
-                submit, register, log, workspaces=MAXIMUM_CONCURRENCY, jobs_per_workspace=2, run_id=f"{run_id}warm"
-            )
-            for number, seconds in enumerate(side_effects):
-                side_effect_file.write_text(str(seconds))
-                series[seconds] = [
-                    run_level(
-                        submit,
-                        register,
-                        log,
-                        workspaces=count,
-                        jobs_per_workspace=jobs_per_workspace,
-                        run_id=f"{run_id}s{number}",
-                    )
-                    for count in counts
-                ]
-        return series
+    series: dict[float, list[Level]] = {}
+    with _local_runtime("agent-jobs-e2e-", {}, naive_pattern=naive_pattern) as (runtime, log, side_effect_file):
+        if naive_pattern:
+            submit, register = naive_submitter(runtime), None
+        else:
+            submit, register = api_submitter(runtime.api_url)
+        run_level(submit, register, log, workspaces=MAXIMUM_CONCURRENCY, jobs_per_workspace=2, run_id=f"{run_id}warm")
+        for number, seconds in enumerate(side_effects):
+            side_effect_file.write_text(str(seconds))
+            series[seconds] = [
+                run_level(
+                    submit,
+                    register,
+                    log,
+                    workspaces=count,
+                    jobs_per_workspace=jobs_per_workspace,
+                    run_id=f"{run_id}s{number}",
+                )
+                for count in counts
+            ]
+    return series
 
 
 @dataclass(frozen=True)
@@ -354,68 +358,33 @@ class Backlog:
         return self.jobs / self.seconds
 
 
-def submit_batches(api_url: str, token: str, workspace_id: str, job_ids: Sequence[str]) -> None:
-    """POST /jobs:batch of the apply_patch jobs, 10 a request, in order; every job must be accepted (202)."""
-    from agent_jobs_cli.api import ApiClient
-
-    client = ApiClient(api_url, token, timeout=60)
-    for start in range(0, len(job_ids), 10):
-        jobs = [
-            {
-                "jobId": job_id,
-                "workspaceId": workspace_id,
-                "type": "apply_patch",
-                "payload": {
-                    "patch": f"--- a/{job_id}\n+++ b/{job_id}\n@@ -0,0 +1 @@\n+{job_id}\n",
-                    "commitMessage": job_id,
-                },
-            }
-            for job_id in job_ids[start : start + 10]
-        ]
-        status, answer = client.request("POST", "/jobs:batch", {"jobs": jobs})
-        codes = [result.get("statusCode") for result in (answer or {}).get("results", [])]
-        if status != 200 or codes != [202] * len(jobs):
-            raise RuntimeError(f"POST /jobs:batch answered {status} {codes}")
-
-
 def measure_backlog(batch_size: int, jobs: int) -> Backlog:
     """A fresh local runtime whose worker takes `batch_size` records an invocation; one workspace gets `jobs` small
     patches at once, after a warm-up job; waits until every one is applied."""
-    from agent_jobs_bench.submit import register_folder_workspaces
+    from agent_jobs_bench.submit import patch_job, submit_in_batches
     from agent_jobs_local.auth import mint_token
-    from agent_jobs_local.runtime import LocalRuntime
 
     run_id = uuid.uuid4().hex[:6]
-    with tempfile.TemporaryDirectory(prefix="agent-jobs-backlog-") as tmp:
-        log = Path(tmp) / APPLIED_LOG
-        runtime = LocalRuntime(
-            workspaces_root=Path(tmp) / "workspaces",
-            time_scale=TIME_SCALE,
-            # The backlog is submitted at once: the tenant's rate quota (25 new jobs a second by default) is raised.
-            parameter_overrides={
-                "WorkerMaximumConcurrency": MAXIMUM_CONCURRENCY,
-                "WorkerBatchSize": batch_size,
-                "MaxJobsPerSecondPerTenant": 10 * jobs,
-            },
-            worker_bootstrap="agent_jobs_bench.end_to_end:install",
-            bootstrap_config={"applied_log": str(log), "side_effect_file": str(Path(tmp) / "no-side-effect")},
+    # The backlog is submitted at once: the tenant's rate quota (25 new jobs a second by default) is raised.
+    overrides = {"WorkerBatchSize": batch_size, "MaxJobsPerSecondPerTenant": 10 * jobs}
+    with _local_runtime("agent-jobs-backlog-", overrides) as (runtime, log, _):
+        submit, register = api_submitter(runtime.api_url)
+        run_level(submit, register, log, workspaces=1, jobs_per_workspace=1, run_id=f"{run_id}warm")
+        workspace_id = f"backlog-{run_id}"
+        register([workspace_id])
+        job_ids = [f"{workspace_id}-{n:03d}" for n in range(jobs)]
+        started = time.time()
+        submit_in_batches(
+            runtime.api_url,
+            mint_token("default"),
+            [patch_job(job_id, workspace_id, patch=_patch(job_id), message=job_id) for job_id in job_ids],
         )
-        with runtime:
-            submit, register = api_submitter(runtime.api_url)
-            run_level(submit, register, log, workspaces=1, jobs_per_workspace=1, run_id=f"{run_id}warm")
-            token = mint_token("default")
-            workspace_id = f"backlog-{run_id}"
-            register_folder_workspaces(runtime.api_url, token, [workspace_id])
-            job_ids = [f"{workspace_id}-{n:03d}" for n in range(jobs)]
-            started = time.time()
-            submit_batches(runtime.api_url, token, workspace_id, job_ids)
-            submitted = time.time()
-            applied = wait_applied(log, job_ids)
-            order = sorted(job_ids, key=lambda job_id: applied[job_id])
-            if order != job_ids:
-                raise RuntimeError("the backlog's jobs were applied out of order")
-            last = max(applied[job_id] for job_id in job_ids)
-        return Backlog(batch_size, jobs, last - started, submitted - started)
+        submitted = time.time()
+        applied = wait_applied(log, job_ids)
+    if sorted(job_ids, key=lambda job_id: applied[job_id]) != job_ids:
+        raise RuntimeError("the backlog's jobs were applied out of order")
+    last = max(applied[job_id] for job_id in job_ids)
+    return Backlog(batch_size, jobs, last - started, submitted - started)
 
 
 def backlog_figures(backlogs: Sequence[Backlog]) -> list[Figure]:

@@ -32,9 +32,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from agent_jobs_bench.figures import Comparison, Figure, Goal
+
+if TYPE_CHECKING:
+    from agent_jobs_cli.plan import Plan
 
 BENCHMARK: Final = "Capacity plan against the local runtime"
 COMMAND: Final = ".venv/bin/python -m agent_jobs_bench --only plan"
@@ -337,6 +340,11 @@ def figures(measurement: Measurement, result: PlanCheck) -> list[Figure]:
 COST_PROFILES: Final = (("a 1 s apply_patch", 1.0), ("a 60 s run_tests", 60.0))
 
 
+def _dynamodb_usd(plan: Plan) -> float:
+    """What DynamoDB costs of a plan's million jobs."""
+    return sum(line.usd_per_million_jobs for line in plan.cost_lines if line.service == "Amazon DynamoDB")
+
+
 def cost_figures() -> list[Figure]:
     """Cost per million jobs from `agent-jobs plan`'s prices for the job calls as they are, beside the same plan with
     the calls as they were while the enqueue and the claim were transactions (`TRANSACTIONAL_USAGE`)."""
@@ -351,10 +359,6 @@ def cost_figures() -> list[Figure]:
         }
         now, before = plans[PerJobUsage()], plans[TRANSACTIONAL_USAGE]
 
-        def dynamodb(plan: Any) -> float:
-            lines = plan.cost_lines
-            return float(sum(line.usd_per_million_jobs for line in lines if line.service == "Amazon DynamoDB"))
-
         out.append(
             Figure(
                 BENCHMARK,
@@ -365,8 +369,8 @@ def cost_figures() -> list[Figure]:
                 baseline=before.usd_per_million_jobs,
                 note=(
                     f"The baseline is the same plan with the calls of the transactional claim and enqueue (10 write"
-                    f" units per job, 0.5 read units), not a naive pattern. DynamoDB's share: ${dynamodb(now):.2f}"
-                    f" now, ${dynamodb(before):.2f} before (4 write units and 1.5 read units per job now). Prices"
+                    f" units per job, 0.5 read units), not a naive pattern. DynamoDB's share: ${_dynamodb_usd(now):.2f}"
+                    f" now, ${_dynamodb_usd(before):.2f} before (4 write units and 1.5 read units per job now). Prices"
                     f" read on {READ_ON} (`agent_jobs_cli.plan_prices`: each with its page); computed, not measured"
                 ),
             )
