@@ -401,6 +401,27 @@ def test_apply_patch_to_files_finds_hunks_whose_lines_moved() -> None:
         ),
         (diff("--- /dev/null", "+++ b/../escape.txt", "@@ -0,0 +1 @@", "+x"), "../escape.txt", "must be relative"),
         (diff("--- /dev/null", "+++ b/.git/hooks/pre-commit", "@@ -0,0 +1 @@", "+x"), ".git/hooks/pre-commit", ".git"),
+        # A plain diff's side dated at the epoch deletes or creates its file: still only inside the repository
+        (
+            diff(
+                "--- a/../escape.txt\t2026-12-04 10:00:00.000000000 +0000",
+                "+++ b/../escape.txt\t1970-01-01 00:00:00.000000000 +0000",
+                "@@ -1 +0,0 @@",
+                "-x",
+            ),
+            "../escape.txt",
+            "must be relative",
+        ),
+        (
+            diff(
+                "--- a/.git/hooks/pre-commit\t1970-01-01 01:00:00.000000000 +0100",
+                "+++ b/.git/hooks/pre-commit\t2026-12-04 10:00:00.000000000 +0000",
+                "@@ -0,0 +1 @@",
+                "+x",
+            ),
+            ".git/hooks/pre-commit",
+            ".git",
+        ),
         (
             diff(
                 "diff --git a/logo.png b/logo.png",
