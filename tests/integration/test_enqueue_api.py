@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from agent_jobs.models import ID_PATTERN, JobMessage, JobStatus, JobType, job_message
+from agent_jobs.models import ID_PATTERN, ApplyPatchJob, JobMessage, JobStatus, JobType, job_message
 from agent_jobs_local.event_source import LambdaContextStub
 from enqueue_api import app
 from tests.conftest import Stack, enqueue, make_job, register_workspace
@@ -288,6 +288,63 @@ def test_submit_job_accepts_a_base64_encoded_body(api: Api) -> None:
 
     assert response.status == 202
     assert api.stack.queue_depth() == 1
+
+
+def test_submit_job_accepts_a_base64_patch_and_the_worker_gets_its_bytes(api: Api) -> None:
+    # A diff of a Latin-1 file: its bytes are not UTF-8, so they cannot travel as JSON text
+    diff = b"--- a/legacy.txt\n+++ b/legacy.txt\n@@ -1 +1 @@\n-caf\xe9\n+cr\xe8me\n"
+    payload = {"patch": base64.b64encode(diff).decode(), "patchEncoding": "base64", "commitMessage": "m"}
+
+    response = api.post(job_body("job-1", payload=payload))
+
+    assert response.status == 202, response.body
+    (record,) = api.stack.receive()["Records"]
+    request = JobMessage.model_validate_json(record["body"]).request()
+    assert isinstance(request, ApplyPatchJob)
+    assert request.payload.patch_content() == diff
+
+
+def test_submit_job_a_text_patch_keeps_its_payload_hash_without_a_patch_encoding(api: Api) -> None:
+    # patchEncoding "text" is the default: sent or not, the job is the same job (an idempotent resubmission)
+    first = api.post(job_body("job-1", payload={"patch": PATCH, "commitMessage": "m"}))
+    again = api.post(job_body("job-1", payload={"patch": PATCH, "commitMessage": "m", "patchEncoding": "text"}))
+
+    assert (first.status, again.status) == (202, 202), again.body
+    assert (first.body["created"], again.body["created"]) == (True, False)
+    assert api.stack.queue_depth() == 1
+
+
+@pytest.mark.parametrize("patch", ["not base64!", "YWJj=", "===="], ids=["not-base64", "bad-padding", "no-bytes"])
+def test_submit_job_a_base64_patch_that_does_not_decode_is_422_saying_what_to_send(api: Api, patch: str) -> None:
+    response = api.post(job_body("job-1", payload={"patch": patch, "patchEncoding": "base64", "commitMessage": "m"}))
+
+    assert response.status == 422
+    (message,) = response.field_errors().values()
+    assert "base64" in message
+    assert api.stack.queue_depth() == 0
+    assert api.items() == []
+
+
+def test_submit_job_a_base64_patch_is_measured_by_its_bytes_against_patch_max_bytes(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    use_environment(monkeypatch, {"PATCH_MAX_BYTES": "3000"})
+    diff = b"--- a/f\n+++ b/f\n@@ -0,0 +1 @@\n+" + b"\xff" * 2400 + b"\n"  # 2,432 bytes; 3,244 in base64
+    payload = {"patch": base64.b64encode(diff).decode(), "patchEncoding": "base64", "commitMessage": "m"}
+
+    assert api.post(job_body("job-1", payload=payload)).status == 202
+    too_large = b"--- a/f\n+++ b/f\n@@ -0,0 +1 @@\n+" + b"\xff" * 3000 + b"\n"
+    payload["patch"] = base64.b64encode(too_large).decode()
+    response = api.post(job_body("job-2", payload=payload))
+    assert response.status == 422
+    assert "PATCH_MAX_BYTES" in response.field_errors()["payload.patch"]
+
+
+def test_submit_job_a_lone_surrogate_says_to_send_the_patch_as_base64(api: Api) -> None:
+    response = api.post(raw=json.dumps(job_body("job-1", payload={"patch": "\udce9", "commitMessage": "m"})))
+
+    assert response.status == 400
+    assert '"patchEncoding": "base64"' in response.body["message"]
 
 
 # ---- POST /jobs: resubmission and conflict -------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import functools
 import hashlib
 import json
@@ -94,10 +95,63 @@ class Author(CamelModel):
     email: Annotated[str, Field(min_length=3, max_length=254, pattern=r"^[^@\s]+@[^@\s]+$")]
 
 
+class PatchEncoding(StrEnum):
+    TEXT = "text"
+    BASE64 = "base64"
+
+
 class ApplyPatchPayload(CamelModel):
-    patch: Annotated[str, Field(min_length=1, description="A git-format or plain unified diff.")]
+    patch: Annotated[
+        str,
+        Field(
+            min_length=1,
+            description=(
+                "A git-format or plain unified diff (binary files as `git diff --binary` writes them). With "
+                "patchEncoding base64, the diff's bytes in standard base64: the way to send a diff that is not UTF-8 "
+                "text (a file in a legacy encoding)."
+            ),
+        ),
+    ]
+    patch_encoding: Annotated[
+        PatchEncoding,
+        Field(description="How `patch` holds the diff: `text` (the diff itself) or `base64` (its bytes)."),
+    ] = PatchEncoding.TEXT
     commit_message: Annotated[str, Field(min_length=1, max_length=10_000)]
     author: Author | None = None
+
+    @model_validator(mode="after")
+    def _base64_patch_decodes(self) -> ApplyPatchPayload:
+        if self.patch_encoding is PatchEncoding.BASE64:
+            try:
+                if not base64.b64decode(self.patch, validate=True):
+                    raise ValueError("empty")
+            except ValueError:
+                raise PydanticCustomError(
+                    "patch_base64",
+                    "patch is not standard base64 of a non-empty diff (patchEncoding is base64): encode the diff's "
+                    "bytes with base64 (RFC 4648, with padding), or send the diff as text without patchEncoding",
+                ) from None
+        return self
+
+    @model_serializer(mode="wrap")
+    def _text_encoding_left_out(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # A text patch reads exactly as before patchEncoding existed: its canonical document and hash do not change.
+        data: dict[str, Any] = handler(self)
+        for name in ("patch_encoding", "patchEncoding"):
+            if data.get(name) == PatchEncoding.TEXT:
+                del data[name]
+        return data
+
+    def patch_content(self) -> str | bytes:
+        """The diff: the text as sent, or the bytes a base64 patch holds."""
+        if self.patch_encoding is PatchEncoding.BASE64:
+            return base64.b64decode(self.patch)
+        return self.patch
+
+    def patch_text(self) -> str:
+        """The diff as text; bytes that are not UTF-8 become lone surrogates (`surrogateescape`), one per byte."""
+        content = self.patch_content()
+        return content.decode("utf-8", errors="surrogateescape") if isinstance(content, bytes) else content
 
 
 class RunTestsPayload(CamelModel):

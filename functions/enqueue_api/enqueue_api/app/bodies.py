@@ -172,7 +172,9 @@ def _parse_json(text: str) -> Any:
         dumped.encode("utf-8")
     except UnicodeEncodeError:
         raise RequestRefused(
-            HTTPStatus.BAD_REQUEST, "the request body contains an unpaired surrogate escape; send valid Unicode text"
+            HTTPStatus.BAD_REQUEST,
+            "the request body contains an unpaired surrogate escape; send valid Unicode text (a patch whose bytes are "
+            'not UTF-8 goes as base64, with "patchEncoding": "base64" in the payload)',
         ) from None
     if "\ufffe" in dumped or "\uffff" in dumped:
         # SQS refuses a message holding either (JSON escapes the other characters it refuses): never a 503 to retry.

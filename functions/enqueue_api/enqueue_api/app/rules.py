@@ -66,5 +66,6 @@ def _patch_limit_errors(job: Job, settings: Settings, prefix: str = "") -> list[
     if not isinstance(job, ApplyPatchJob):
         return []
     limits = PatchLimits.from_settings(settings)
-    error = patch_bytes_error(job.payload.patch, limits) or patch_hunks_error(job.payload.patch, limits)
+    patch = job.payload.patch_text()
+    error = patch_bytes_error(patch, limits) or patch_hunks_error(patch, limits)
     return [{"field": f"{prefix}payload.patch", "message": error}] if error else []
