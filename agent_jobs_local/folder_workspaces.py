@@ -77,7 +77,8 @@ class LocalWorkspace:
             if any(c.job_id == job_id for c in commits):  # never a second commit of one job, whatever the caller saw
                 raise HeadMovedError(f"branch of {self.workspace_id} already has a commit of job {job_id}")
             full_message = f"{message}\n\n{JOB_TRAILER}: {job_id}\n"
-            sha = hashlib.sha1(f"{head}\n{full_message}\n{patch}".encode(), usedforsecurity=False).hexdigest()
+            content = f"{head}\n{full_message}\n{patch}".encode("utf-8", errors="surrogateescape")
+            sha = hashlib.sha1(content, usedforsecurity=False).hexdigest()
             commit = Commit(sha=sha, parent=head, job_id=job_id, message=full_message, patch=patch)
             with self._ledger.open("a") as ledger:
                 ledger.write(json.dumps(asdict(commit)) + "\n")

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import base64
+import os
 import stat
+import subprocess
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -113,12 +116,27 @@ def make_store(tmp_path: Path, remote: Path) -> Callable[..., GitWorkspaceStore]
     return make
 
 
-def apply_patch_job(job_id: str, patch: str, message: str = "change", workspace_id: str = "ws-1") -> ApplyPatchJob:
+def apply_patch_job(
+    job_id: str, patch: str | bytes, message: str = "change", workspace_id: str = "ws-1"
+) -> ApplyPatchJob:
+    """An apply_patch job of `patch`: text as it is, bytes as a base64 patch (patchEncoding base64)."""
+    payload: dict[str, str] = {"patch": patch, "commitMessage": message} if isinstance(patch, str) else {}
+    if isinstance(patch, bytes):
+        payload = {"patch": base64.b64encode(patch).decode(), "patchEncoding": "base64", "commitMessage": message}
     return ApplyPatchJob.model_validate(
-        {
-            "jobId": job_id,
-            "workspaceId": workspace_id,
-            "type": "apply_patch",
-            "payload": {"patch": patch, "commitMessage": message},
-        }
+        {"jobId": job_id, "workspaceId": workspace_id, "type": "apply_patch", "payload": payload}
     )
+
+
+def real_git(cwd: Path, *args: str) -> bytes:
+    """Run Debian's git in `cwd` with a fixed identity and no user or system configuration; its output as bytes."""
+    environment = {
+        **os.environ,
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "HOME": str(cwd.parent),
+        "GIT_AUTHOR_NAME": "Agent",
+        "GIT_AUTHOR_EMAIL": "agent@example.com",
+        "GIT_COMMITTER_NAME": "Agent",
+        "GIT_COMMITTER_EMAIL": "agent@example.com",
+    }
+    return subprocess.run(["git", *args], cwd=cwd, env=environment, capture_output=True, check=True).stdout

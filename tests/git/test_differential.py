@@ -1,14 +1,17 @@
 """apply_patch against real git and GNU patch, on random edits (hypothesis).
 
-A random tree of small text files is committed with git; a random change of it (lines inserted, deleted and replaced,
-files added, deleted, emptied, renamed with or without edits, made executable or not) is committed after it, and
-exported three ways: `git format-patch`, `git diff`, and `diff -ruN` between the two trees. The worker applies each
-to a workspace branch holding the base tree. For git's formats the branch's tree must be git's, to the tree id
-(paths, modes, contents); for the plain diff its files must be what GNU `patch -p1` makes of the base folder.
+A random tree of small files is committed with git: text (some lines not UTF-8, in Latin-1) and binary files
+(random bytes with NULs). A random change of it (lines inserted, deleted and replaced, bytes changed, files added,
+deleted, emptied, renamed or copied with or without edits, made executable or not) is committed after it, and
+exported four ways: `git format-patch`, `git diff --binary`, `git diff -C --binary` (copies found), and `diff -ruN`
+between the two trees. The worker applies each, sent as bytes (a base64 patch), to a workspace branch holding the
+base tree. For git's formats the branch's tree must be git's, to the tree id (paths, modes, contents); for the plain
+diff its files must be what GNU `patch -p1` makes of the base folder, or, where the plain diff only says that a binary
+file differs (it carries no data, and GNU patch skips it), the worker must refuse the patch naming that file. A
+`git diff` without `--binary` says the same of a binary file, and git apply and the worker both refuse it.
 
 `make test` runs DIFFERENTIAL_EXAMPLES examples (default 25) of each format; `make differential` runs more
-(DIFFERENTIAL_EXAMPLES=500). Binary files are not in the edits: the worker refuses binary patches (see
-docs/workspaces.md).
+(DIFFERENTIAL_EXAMPLES=500).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from hypothesis import strategies as st
 from job_worker.jobs import apply_patch
 from job_worker.jobs.context import JobContext
 from job_worker.jobs.git_workspace import GitRemote, GitWorkspaceStore
-from tests.git.conftest import apply_patch_job
+from tests.git.conftest import apply_patch_job, real_git
 
 pytestmark = pytest.mark.skipif(
     not all(shutil.which(tool) for tool in ("git", "diff", "patch")),
@@ -41,8 +44,13 @@ EXAMPLES = int(os.environ.get("DIFFERENTIAL_EXAMPLES", "25"))
 BRANCH = "main"
 
 # Few distinct lines, so that hunks have repeated context to be matched against, as real code has.
-LINES = st.sampled_from([f"line {n}" for n in range(8)] + ["", "    indented", "}", "return x"])
-NAMES = st.sampled_from(["a.txt", "b.py", "c.md", "dir/d.txt", "dir/e.py", "dir/sub/f.txt", "g", "h.sh"])
+# A line of bytes that are not UTF-8 is held as text with lone surrogates (surrogateescape), one per byte.
+LATIN_1 = "caf\udce9 na\udcefve"
+LINES = st.sampled_from([f"line {n}" for n in range(8)] + ["", "    indented", "}", "return x", LATIN_1])
+NAMES = st.sampled_from(
+    ["a.txt", "b.py", "c.md", "dir/d.txt", "dir/e.py", "dir/sub/f.txt", "g", "h.sh", "img.png", "dir/blob.bin"]
+)
+BYTES = st.binary(min_size=1, max_size=300).map(lambda data: b"\0" + data)  # a NUL: git takes it for binary
 
 
 @dataclass(frozen=True)
@@ -50,26 +58,50 @@ class File:
     lines: tuple[str, ...]
     newline_at_end: bool = True
     executable: bool = False
+    data: bytes | None = None  # a binary file's bytes (then `lines` is empty)
 
     def content(self) -> bytes:
+        if self.data is not None:
+            return self.data
         text = "\n".join(self.lines)
         if self.lines and self.newline_at_end:
             text += "\n"
-        return text.encode()
+        return text.encode("utf-8", errors="surrogateescape")
 
 
-FILES = st.builds(
+TEXT_FILES = st.builds(
     File,
     lines=st.lists(LINES, min_size=0, max_size=12).map(tuple),
     newline_at_end=st.booleans(),
     executable=st.booleans(),
 )
+BINARY_FILES = st.builds(File, lines=st.just(()), executable=st.booleans(), data=BYTES)
+FILES = st.one_of(TEXT_FILES, TEXT_FILES, BINARY_FILES)
 TREES = st.dictionaries(NAMES, FILES, min_size=1, max_size=5)
 
 
 @st.composite
+def edited_bytes(draw: st.DrawFn, data: bytes) -> bytes:
+    """`data` with a few bytes changed, a run inserted or the end cut (git writes a delta or a literal)."""
+    changed = bytearray(data)
+    for _ in range(draw(st.integers(1, 3))):
+        kind = draw(st.sampled_from(["change", "insert", "cut"]))
+        at = draw(st.integers(1, len(changed)))
+        if kind == "change" and at < len(changed):
+            changed[at] = draw(st.integers(0, 255))
+        elif kind == "insert":
+            changed[at:at] = draw(st.binary(min_size=1, max_size=64))
+        else:
+            del changed[at : at + draw(st.integers(1, 16))]
+    return bytes(changed or b"\0")
+
+
+@st.composite
 def edited(draw: st.DrawFn, file: File) -> File:
-    """`file` with a few lines inserted, deleted or replaced, and maybe its last newline or its mode changed."""
+    """`file` with a few lines (or bytes) inserted, deleted or replaced, and maybe its last newline or mode changed."""
+    executable = not file.executable if draw(st.integers(0, 4)) == 0 else file.executable
+    if file.data is not None:
+        return File((), executable=executable, data=draw(edited_bytes(file.data)))
     lines = list(file.lines)
     for _ in range(draw(st.integers(0, 3))):
         kind = draw(st.sampled_from(["insert", "delete", "replace"]))
@@ -82,7 +114,6 @@ def edited(draw: st.DrawFn, file: File) -> File:
             else:
                 lines[index] = draw(LINES)
     newline_at_end = draw(st.booleans()) if draw(st.integers(0, 4)) == 0 else file.newline_at_end
-    executable = not file.executable if draw(st.integers(0, 4)) == 0 else file.executable
     return File(tuple(lines), newline_at_end, executable)
 
 
@@ -96,17 +127,21 @@ def changes(draw: st.DrawFn) -> Change:
     base = draw(TREES)
     after = dict(base)
     for name in sorted(base):
-        action = draw(st.sampled_from(["keep", "keep", "edit", "edit", "delete", "rename", "rename and edit"]))
+        action = draw(
+            st.sampled_from(
+                ["keep", "keep", "edit", "edit", "delete", "rename", "rename and edit", "copy", "copy and edit"]
+            )
+        )
         if action == "edit":
             after[name] = draw(edited(base[name]))
         elif action == "delete":
             del after[name]
-        elif action.startswith("rename"):
+        elif action.startswith(("rename", "copy")):
             target = draw(NAMES)  # no name is a folder of another: only a taken name clashes
             if target in after:
                 continue
-            moved = after.pop(name)
-            after[target] = draw(edited(moved)) if action == "rename and edit" else moved
+            moved = after[name] if action.startswith("copy") else after.pop(name)
+            after[target] = draw(edited(moved)) if action.endswith("and edit") else moved
     for name in draw(st.lists(NAMES, max_size=2)):
         if name not in after:
             after[name] = draw(FILES)
@@ -116,16 +151,11 @@ def changes(draw: st.DrawFn) -> Change:
 
 
 def _git(cwd: Path, *args: str) -> str:
-    environment = {
-        **os.environ,
-        "GIT_CONFIG_NOSYSTEM": "1",
-        "HOME": str(cwd),
-        "GIT_AUTHOR_NAME": "Agent",
-        "GIT_AUTHOR_EMAIL": "agent@example.com",
-        "GIT_COMMITTER_NAME": "Agent",
-        "GIT_COMMITTER_EMAIL": "agent@example.com",
-    }
-    return subprocess.run(["git", *args], cwd=cwd, env=environment, capture_output=True, text=True, check=True).stdout
+    return _git_bytes(cwd, *args).decode("utf-8", errors="surrogateescape")
+
+
+def _git_bytes(cwd: Path, *args: str) -> bytes:
+    return real_git(cwd, *args)
 
 
 def _write_tree(root: Path, tree: Mapping[str, File]) -> None:
@@ -158,7 +188,7 @@ def _branch_files(remote: Path, branch: str) -> dict[str, tuple[bytes, bool]]:
     with Repo(str(remote)) as repo:
         tree = repo[repo.refs[Ref(f"refs/heads/{branch}".encode())]].tree  # type: ignore[attr-defined]
         return {
-            entry.path.decode(): (repo[entry.sha].as_raw_string(), bool(entry.mode & 0o100))
+            os.fsdecode(entry.path): (repo[entry.sha].as_raw_string(), bool(entry.mode & 0o100))
             for entry in repo.object_store.iter_tree_contents(tree)
         }
 
@@ -193,7 +223,7 @@ def _case(root: Path, base: Mapping[str, File], after: Mapping[str, File]) -> Ca
     return Case(remote, clone, base_folder, after_folder)
 
 
-def _apply(case: Case, patch: str, store_root: Path) -> tuple[str | None, str | None]:
+def _apply(case: Case, patch: bytes, store_root: Path) -> tuple[str | None, str | None]:
     """The worker's apply_patch of `patch` on a branch of the base tree: (None, error) when it refused it."""
     store = GitWorkspaceStore(
         store_root / uuid.uuid4().hex[:8],
@@ -214,24 +244,65 @@ COMMON = settings(
 )
 
 
+EXPORTS = {
+    "format-patch": ("format-patch", "-1", "--stdout"),
+    "git diff --binary": ("diff", "--binary", "HEAD~1", "HEAD"),
+    "git diff -C --binary": ("diff", "-C", "--binary", "HEAD~1", "HEAD"),
+}
+
+
 @COMMON
 @given(changes())
-@pytest.mark.parametrize("exported", ["format-patch", "git diff"])
+@pytest.mark.parametrize("exported", list(EXPORTS))
 def test_a_git_format_patch_gives_gits_tree(exported: str, tmp_path: Path, change: Change) -> None:
     base, after = change
     case = _case(tmp_path, base, after)
-    if exported == "format-patch":
-        patch = _git(case.clone, "format-patch", "-1", "--stdout")
-    else:
-        patch = _git(case.clone, "diff", "HEAD~1", "HEAD")
+    patch = _git_bytes(case.clone, *EXPORTS[exported])
     if base == after or not patch.strip():
         event("nothing to send")
         return  # nothing to send: an empty patch is refused at the API
-    event("a section without a hunk" if any("@@" not in s for s in patch.split("\ndiff --git ")[1:]) else "hunks only")
+    sections = patch.split(b"\ndiff --git ")[1:]
+    event("a section without a hunk" if any(b"@@" not in s for s in sections) else "hunks only")
+    event("a binary section" if b"\nGIT binary patch\n" in patch else "no binary section")
+    event("a copy" if b"\ncopy from " in patch else "no copy")
+    event("not UTF-8" if not _is_utf8(patch) else "UTF-8")
     applied, refusal = _apply(case, patch, tmp_path / "caches")
-    assert refusal is None, f"{refusal}\n--- the patch:\n{patch}"
+    shown = patch.decode("utf-8", errors="replace")
+    assert refusal is None, f"{refusal}\n--- the patch:\n{shown}"
     assert applied == "applied"
-    assert _branch_tree(case.remote, "agent/ws") == _git(case.clone, "rev-parse", "HEAD^{tree}").strip(), patch
+    assert _branch_tree(case.remote, "agent/ws") == _git(case.clone, "rev-parse", "HEAD^{tree}").strip(), shown
+
+
+@COMMON
+@given(changes())
+def test_a_git_diff_without_its_binary_data_is_refused_as_git_apply_refuses_it(tmp_path: Path, change: Change) -> None:
+    base, after = change
+    case = _case(tmp_path, base, after)
+    patch = _git_bytes(case.clone, "diff", "HEAD~1", "HEAD")
+    if not patch.strip():
+        event("nothing to send")
+        return
+    checked = subprocess.run(
+        ["git", "apply", "--check", "-"], cwd=case.base_folder, input=patch, capture_output=True, check=False
+    )
+    _applied, refusal = _apply(case, patch, tmp_path / "caches")
+    if b"\nBinary files " in patch:
+        event("binary files without data")
+        assert checked.returncode != 0  # git apply refuses it too
+        assert refusal is not None
+        assert "make it with git diff --binary" in refusal, refusal
+        return
+    event("text only")
+    assert refusal is None, refusal
+    assert _branch_tree(case.remote, "agent/ws") == _git(case.clone, "rev-parse", "HEAD^{tree}").strip()
+
+
+def _is_utf8(data: bytes) -> bool:
+    try:
+        data.decode()
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 @COMMON
@@ -243,13 +314,23 @@ def test_a_plain_diff_gives_what_gnu_patch_makes(tmp_path: Path, change: Change)
         ["diff", "-ruN", case.base_folder.name, case.after_folder.name],
         cwd=case.base_folder.parent,
         capture_output=True,
-        text=True,
         check=False,
     )
-    assert made.returncode in (0, 1), made.stderr
+    assert made.returncode in (0, 1, 2), made.stderr
     if not made.stdout.strip():
         event("nothing to send")
         return  # no difference diff -N can show (an empty file added or deleted is invisible to it)
+    applied, refusal = _apply(case, made.stdout, tmp_path / "caches")
+    binary = [line for line in made.stdout.splitlines() if line.startswith(b"Binary files ")]
+    if binary:
+        # A plain diff only says a binary file differs: GNU patch skips it, and the worker refuses the whole patch,
+        # naming the file, rather than apply the rest and leave that file behind.
+        event("a binary file differs")
+        named = binary[0].split(b" ")[2].split(b"/", 1)[1].decode("utf-8", errors="surrogateescape")
+        assert refusal is not None
+        assert named in refusal, refusal
+        assert "git diff --binary" in refusal, refusal
+        return
     gnu = case.base_folder.parent / "gnu"
     shutil.copytree(case.base_folder, gnu)
     patched = subprocess.run(
@@ -257,16 +338,15 @@ def test_a_plain_diff_gives_what_gnu_patch_makes(tmp_path: Path, change: Change)
         cwd=gnu,
         input=made.stdout,
         capture_output=True,
-        text=True,
         check=False,
     )
     assert patched.returncode == 0, patched.stdout + patched.stderr
 
-    event("a file deleted" if "1970-01-01" in made.stdout else "no file deleted or added")
-    applied, refusal = _apply(case, made.stdout, tmp_path / "caches")
-    assert refusal is None, f"{refusal}\n--- the patch:\n{made.stdout}"
+    event("a file deleted" if b"1970-01-01" in made.stdout else "no file deleted or added")
+    shown = made.stdout.decode("utf-8", errors="replace")
+    assert refusal is None, f"{refusal}\n--- the patch:\n{shown}"
     assert applied == "applied"
     # GNU patch leaves a file's mode alone; the contents must be the same, and the same files must exist.
     ours = {path: content for path, (content, _) in _branch_files(case.remote, "agent/ws").items()}
     theirs = {path: content for path, (content, _) in _folder_files(gnu).items()}
-    assert ours == theirs, made.stdout
+    assert ours == theirs, shown

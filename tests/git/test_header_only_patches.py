@@ -4,7 +4,6 @@ very tree (the same tree id), so every path, mode and content matches."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -16,7 +15,7 @@ from dulwich.repo import Repo
 from job_worker.jobs import apply_patch
 from job_worker.jobs.context import JobContext
 from job_worker.jobs.git_workspace import GitWorkspaceStore
-from tests.git.conftest import BASE_BRANCH, apply_patch_job
+from tests.git.conftest import BASE_BRANCH, apply_patch_job, real_git
 
 pytestmark = pytest.mark.skipif(
     subprocess.run(["git", "--version"], capture_output=True, check=False).returncode != 0,
@@ -25,17 +24,7 @@ pytestmark = pytest.mark.skipif(
 
 
 def _git(clone: Path, *args: str) -> str:
-    environment = {
-        **os.environ,
-        "GIT_CONFIG_NOSYSTEM": "1",
-        "HOME": str(clone.parent),
-        "GIT_AUTHOR_NAME": "Agent",
-        "GIT_AUTHOR_EMAIL": "agent@example.com",
-        "GIT_COMMITTER_NAME": "Agent",
-        "GIT_COMMITTER_EMAIL": "agent@example.com",
-    }
-    done = subprocess.run(["git", *args], cwd=clone, env=environment, capture_output=True, text=True, check=True)
-    return done.stdout
+    return real_git(clone, *args).decode()
 
 
 def _touch(clone: Path, path: str) -> None:

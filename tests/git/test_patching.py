@@ -429,7 +429,7 @@ def test_apply_patch_to_files_finds_hunks_whose_lines_moved() -> None:
                 "Binary files a/logo.png and b/logo.png differ",
             ),
             "logo.png",
-            "binary patches are not supported",
+            "the binary file differs but carries no data; make it with git diff --binary",
         ),
     ],
 )

@@ -24,7 +24,7 @@ class _PatchCommit(TypedDict):
 
     job_id: str
     message: str
-    patch: str
+    patch: str | bytes
     author: str | None
 
 
@@ -33,16 +33,18 @@ class AppliesPatchesOnce(Protocol):
     """A workspace that runs an apply_patch job itself: looks for the job's commit, commits, retries a moved head."""
 
     def apply_once(
-        self, *, job_id: str, message: str, patch: str, author: str | None = None, races: int
+        self, *, job_id: str, message: str, patch: str | bytes, author: str | None = None, races: int
     ) -> AppliedPatch: ...
 
 
 def _looks_like_a_diff(patch: str) -> bool:
     # A git section needs no '---' or '@@' line: a pure rename, a mode change, an empty file added or deleted are
     # its 'diff --git' line and extended headers alone, also inside a `git format-patch` mail.
+    # A plain diff that only says "Binary files a/x and b/x differ" is parsed too, to be refused naming the file.
     return (
-        patch.startswith(("diff --git ", "--- ", "Index: "))
+        patch.startswith(("diff --git ", "--- ", "Index: ", "Binary files "))
         or "\ndiff --git " in patch
+        or "\nBinary files " in patch
         or "\n--- " in patch
         or "\n@@ " in patch
     )
@@ -50,7 +52,7 @@ def _looks_like_a_diff(patch: str) -> bool:
 
 def run(job: ApplyPatchJob, context: JobContext) -> dict[str, Any]:
     workspace = context.workspace
-    if not _looks_like_a_diff(job.payload.patch):
+    if not _looks_like_a_diff(job.payload.patch_text()):
         raise PermanentJobError(
             f"payload.patch of job {job.job_id} is not a unified diff (no 'diff --git', '---' or '@@' lines)"
         )
@@ -58,13 +60,14 @@ def run(job: ApplyPatchJob, context: JobContext) -> dict[str, Any]:
     request = _PatchCommit(
         job_id=job.job_id,
         message=job.payload.commit_message,
-        patch=job.payload.patch,
+        patch=job.payload.patch_content(),
         author=f"{author.name} <{author.email}>" if author else None,
     )
     if isinstance(workspace, AppliesPatchesOnce):
         applied = workspace.apply_once(**request, races=MAX_HEAD_RACES)
         return _result(applied.commit, already_applied=applied.already_applied)
-    commit, already_applied = _commit_once(workspace, request)
+    # The `Workspace` protocol takes the patch as text (bytes that are not UTF-8 as lone surrogates).
+    commit, already_applied = _commit_once(workspace, {**request, "patch": job.payload.patch_text()})
     return _result(commit, already_applied=already_applied)
 
 
@@ -80,7 +83,18 @@ def _commit_once(workspace: Workspace, request: _PatchCommit) -> tuple[Commit, b
         if existing is not None:
             return existing, True
         try:
-            return workspace.commit(**request, expected_head=head), False
+            patch = request["patch"]
+            assert isinstance(patch, str)
+            return (
+                workspace.commit(
+                    job_id=request["job_id"],
+                    message=request["message"],
+                    patch=patch,
+                    author=request["author"],
+                    expected_head=head,
+                ),
+                False,
+            )
         except HeadMovedError:
             continue  # someone moved the branch: look for our trailer again on the new head
     raise RetryableJobError(f"branch of {workspace.workspace_id} kept moving; will retry")

@@ -58,7 +58,7 @@ from job_worker.jobs.git.remote import GitCredentials, GitRemote
 from job_worker.jobs.git.transport import LOCAL_PUSH_TURN, RemoteTransport
 from job_worker.jobs.git.trees import CHECKOUT_ENTRY_BYTES, CheckoutBudget, write_tree_to_folder
 from job_worker.jobs.limits import GitLimits
-from job_worker.jobs.patching import REGULAR_FILE_MODE, ParsedPatch, parse_patch
+from job_worker.jobs.patching import REGULAR_FILE_MODE, ParsedPatch, parse_patch, patch_text
 from job_worker.jobs.workspace import JOB_TRAILER, Commit, HeadMovedError
 
 __all__ = [
@@ -184,7 +184,7 @@ class GitWorkspace:
         *,
         job_id: str,
         message: str,
-        patch: str,
+        patch: str | bytes,
         expected_head: str,
         author: str | None = None,
         fetched: FetchedBranch | None = None,
@@ -201,16 +201,19 @@ class GitWorkspace:
             raise ValueError(f"not a job id: {job_id!r}")  # it goes into the trailer, which must stay one line
         if author is not None and not IDENTITY.fullmatch(author):
             raise PermanentJobError(f"author must look like 'Name <email>', got {author!r}")
-        parsed = parse_patch(patch, self.patch_limits)  # refused before this commit touches the remote
+        # Refused before this commit touches the remote.
+        parsed = parse_patch(patch, self.patch_limits, max_file_bytes=self.limits.max_blob_bytes)
         full_message = f"{message.rstrip()}\n\n{JOB_TRAILER}: {job_id}\n"
         with self._fetched_branch(fetched) as branch:
             sha = self._commit_on(
                 branch, job_id=job_id, patch=parsed, message=full_message, expected_head=expected_head, author=author
             )
-        return Commit(sha=sha.decode(), parent=expected_head, job_id=job_id, message=full_message, patch=patch)
+        return Commit(
+            sha=sha.decode(), parent=expected_head, job_id=job_id, message=full_message, patch=patch_text(patch)
+        )
 
     def apply_once(
-        self, *, job_id: str, message: str, patch: str, author: str | None = None, races: int
+        self, *, job_id: str, message: str, patch: str | bytes, author: str | None = None, races: int
     ) -> AppliedPatch:
         """Commit `patch` on the branch's head unless the branch has a commit of `job_id` already: an apply_patch job.
 
@@ -312,7 +315,7 @@ class GitWorkspace:
         return self._transport.push(repo, ref, new, still_expected)
 
     def _apply_on(
-        self, branch: FetchedBranch, *, job_id: str, message: str, patch: str, author: str | None
+        self, branch: FetchedBranch, *, job_id: str, message: str, patch: str | bytes, author: str | None
     ) -> AppliedPatch | None:
         """The job's commit found on `branch`, or made on its head and pushed; None when the push was refused (the
         branch moved)."""

@@ -1,8 +1,10 @@
 """Applying an agent's patch to file contents, without a git binary.
 
 `apply_patch_to_files` takes a git-format diff (`diff --git`, `new file mode`, `deleted file mode`,
-`rename from`/`rename to`, `old mode`/`new mode`) or a plain unified diff (`---`/`+++`/`@@`) and returns the new
-content of every file it touches. It checks every hunk's context and removed lines against the current content, as
+`rename from`/`rename to`, `copy from`/`copy to`, `old mode`/`new mode`, `GIT binary patch`: `jobs.binary_patches`)
+or a plain unified diff (`---`/`+++`/`@@`) and returns the new content of every file it touches. A patch is text or
+bytes; bytes that are not UTF-8 (files and names in a legacy encoding) are carried as lone surrogates and written back
+as the same bytes (`patch_text`). It checks every hunk's context and removed lines against the current content, as
 `git apply` does: a hunk applies at the line it states or, when those lines moved, at the nearest place where all of
 them match (never with fuzz) within PATCH_SEARCH_WINDOW_LINES lines of it. Anything else is a
 `PatchDoesNotApplyError` that names the file and the hunk.
@@ -20,6 +22,7 @@ a file one section of the patch writes cannot be changed again by a later sectio
 from __future__ import annotations
 
 import re
+from collections import defaultdict, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -29,6 +32,8 @@ from unidiff.errors import UnidiffParseError
 from unidiff.patch import Hunk, PatchedFile, PatchSet
 
 from agent_jobs.patch_limits import PatchLimits, hunk_count_error, patch_bytes_error, patch_hunks_error
+from agent_jobs.settings import DEFAULT_MAX_BLOB_BYTES
+from job_worker.jobs.binary_patches import NULL_BLOB_ID, BinaryHunk, BinaryPatchError, apply_binary, binary_hunks
 from job_worker.jobs.errors import PermanentJobError
 
 REGULAR_FILE_MODE = 0o100644
@@ -77,6 +82,7 @@ class FileChange:
     content: bytes | None
     old_path: str | None = None
     mode: int | None = None
+    copied_from: str | None = None  # a copy: `path` takes this file's mode unless `mode` says otherwise; it stays
 
 
 @dataclass(frozen=True)
@@ -86,6 +92,8 @@ class _FileEntry:
     hunks: Sequence[Hunk]
     git_format: bool
     new_mode: int | None
+    binary: BinaryHunk | None = None  # a `GIT binary patch` section's forward hunk (then `hunks` is empty)
+    copy: bool = False  # `copy from`/`copy to`: old_path stays
 
 
 @dataclass(frozen=True)
@@ -94,26 +102,37 @@ class ParsedPatch:
 
     entries: Sequence[_FileEntry]
     search_window_lines: int
+    max_file_bytes: int = DEFAULT_MAX_BLOB_BYTES
 
 
-def parse_patch(patch: str, limits: PatchLimits | None = None) -> ParsedPatch:
+def patch_text(patch: str | bytes) -> str:
+    """A patch as text: bytes that are not UTF-8 (a file in a legacy encoding) become lone surrogates, which every
+    line written back to a file turns into the same bytes again (`surrogateescape`)."""
+    return patch.decode("utf-8", errors="surrogateescape") if isinstance(patch, bytes) else patch
+
+
+def parse_patch(
+    patch: str | bytes, limits: PatchLimits | None = None, *, max_file_bytes: int = DEFAULT_MAX_BLOB_BYTES
+) -> ParsedPatch:
     """Check `patch` against `limits` (the defaults of PatchLimits when None) before parsing it, then parse it.
+    A binary hunk may make a file of at most `max_file_bytes` (MAX_BLOB_BYTES).
 
     Raises PatchDoesNotApplyError when the patch is over its limits or cannot be parsed.
     """
     limits = limits or PatchLimits()
-    too_large = patch_bytes_error(patch, limits) or patch_hunks_error(patch, limits)
+    text = patch_text(patch)
+    too_large = patch_bytes_error(text, limits) or patch_hunks_error(text, limits)
     if too_large:
         raise PatchDoesNotApplyError(PATCH_AS_A_WHOLE, None, too_large)
-    entries = _parse(patch)
+    entries = _parse(text)
     too_many = hunk_count_error(len(entries), limits, "file sections")
     if too_many:
         raise PatchDoesNotApplyError(PATCH_AS_A_WHOLE, None, too_many)
-    return ParsedPatch(entries, limits.search_window_lines)
+    return ParsedPatch(entries, limits.search_window_lines, max_file_bytes)
 
 
 def apply_patch_to_files(
-    patch: str, read: Callable[[str], bytes | None], limits: PatchLimits | None = None
+    patch: str | bytes, read: Callable[[str], bytes | None], limits: PatchLimits | None = None
 ) -> list[FileChange]:
     """Apply `patch` to the files `read` returns (None: no such file) and return what changed, in patch order.
 
@@ -145,7 +164,9 @@ def apply_parsed_patch(patch: ParsedPatch, read: Callable[[str], bytes | None]) 
 
     changes: list[FileChange] = []
     for entry in patch.entries:
-        change = _apply_entry(entry, current, patch.search_window_lines)
+        # A copy is of its source as it was before the patch (git diff -C writes it so; git apply reads it so).
+        source = read if entry.copy else current
+        change = _apply_entry(entry, current, source, patch.search_window_lines, patch.max_file_bytes)
         if change.old_path is not None:
             overlay[change.old_path] = None
         overlay[change.path] = change.content
@@ -162,23 +183,68 @@ def _parse(patch: str) -> list[_FileEntry]:
         raise PatchDoesNotApplyError(
             PATCH_AS_A_WHOLE, None, f"no file changes found (no '---'/'+++' headers); {_FIX_IT}"
         )
-    return [_file_entry(patched) for patched in patched_files]
+    # unidiff keeps no binary data: each `diff --git` section's binary hunk (or None), in order, read beside it.
+    lines = patch.split("\n")
+    try:
+        found = binary_hunks(lines)
+    except BinaryPatchError as error:
+        raise PatchDoesNotApplyError(PATCH_AS_A_WHOLE, None, f"{error}; {_FIX_IT}") from error
+    sections: dict[str, deque[BinaryHunk | None]] = defaultdict(deque)
+    for number, line in enumerate(lines):
+        if line.startswith("diff --git "):
+            sections[line.rstrip("\r")].append(found.get(number))
+
+    def binary_of(patched: PatchedFile) -> BinaryHunk | None:
+        info = list(patched.patch_info or [])
+        queue = sections.get(info[0].rstrip("\r\n")) if info and info[0].startswith("diff --git ") else None
+        return queue.popleft() if queue else None
+
+    return [_file_entry(patched, binary_of(patched)) for patched in patched_files]
 
 
-def _file_entry(patched: PatchedFile) -> _FileEntry:
+def _file_entry(patched: PatchedFile, binary: BinaryHunk | None = None) -> _FileEntry:
     info = list(patched.patch_info or [])
     git_format = bool(info) and info[0].startswith("diff --git ")
     extended = {key: value for key, value in (_extended_header(line) for line in info) if key}
     shown = _strip_prefix(_unquote(patched.target_file if patched.target_file != DEV_NULL else patched.source_file))
-    if patched.is_binary_file or "GIT binary patch" in extended:
-        raise PatchDoesNotApplyError(shown, None, "binary patches are not supported; send the file as text")
-    if "copy from" in extended:
-        raise PatchDoesNotApplyError(shown, None, "copies are not supported; send the copy as a new file")
+    if (patched.is_binary_file or "GIT binary patch" in extended) and binary is None:
+        raise PatchDoesNotApplyError(
+            shown, None, "the patch says the binary file differs but carries no data; make it with git diff --binary"
+        )
+    old_path, new_path, copy = _paths(patched, extended, git_format)
+    if binary is not None:
+        # A binary section has no ---/+++ lines: which side is absent is its blob ids and its new/deleted file mode.
+        old_path = None if binary.old_id == NULL_BLOB_ID and "new file mode" in extended else old_path
+        new_path = None if binary.new_id == NULL_BLOB_ID and "deleted file mode" in extended else new_path
+    for path in (old_path, new_path):
+        if path is not None:
+            _check_path(path)
+    new_mode = _mode(patched.target_mode, new_path or old_path or shown)
+    old_mode = _mode(patched.source_mode, old_path or shown)
+    changes_mode = new_mode is not None and (old_path is None or new_mode != old_mode)
+    if (
+        not patched
+        and binary is None
+        and old_path == new_path
+        and not changes_mode
+        and old_path is not None
+        and new_path is not None
+    ):
+        raise PatchDoesNotApplyError(new_path, None, f"the patch has no hunks for this file; {_FIX_IT}")
+    return _FileEntry(
+        old_path, new_path, list(patched), git_format, new_mode if changes_mode else None, binary=binary, copy=copy
+    )
+
+
+def _paths(patched: PatchedFile, extended: dict[str, str], git_format: bool) -> tuple[str | None, str | None, bool]:
+    """The file a section changes before and after (None: absent on that side), and whether it is a copy."""
     old_path = None if patched.source_file == DEV_NULL else _strip_prefix(_unquote(patched.source_file), git_format)
     new_path = None if patched.target_file == DEV_NULL else _strip_prefix(_unquote(patched.target_file), git_format)
     if git_format and "rename from" in extended and "rename to" in extended:
-        old_path, new_path = _unquote(extended["rename from"]), _unquote(extended["rename to"])
-    elif not git_format and old_path is not None and new_path is not None:
+        return _unquote(extended["rename from"]), _unquote(extended["rename to"]), False
+    if git_format and "copy from" in extended and "copy to" in extended:
+        return _unquote(extended["copy from"]), _unquote(extended["copy to"]), True
+    if not git_format and old_path is not None and new_path is not None:
         old_path = new_path  # a plain diff names the file it patches in `+++` (`--- x.orig` / `+++ x`)
         # `diff -N` writes a file absent on one side as empty, dated at the epoch: git apply and GNU patch create it
         # (absent before) or delete it (absent after, when the hunks leave it empty), and so does this.
@@ -186,15 +252,7 @@ def _file_entry(patched: PatchedFile) -> _FileEntry:
             new_path = None
         elif _at_epoch(patched.source_timestamp):
             old_path = None
-    for path in (old_path, new_path):
-        if path is not None:
-            _check_path(path)
-    new_mode = _mode(patched.target_mode, new_path or old_path or shown)
-    old_mode = _mode(patched.source_mode, old_path or shown)
-    changes_mode = new_mode is not None and (old_path is None or new_mode != old_mode)
-    if not patched and old_path == new_path and not changes_mode and old_path is not None and new_path is not None:
-        raise PatchDoesNotApplyError(new_path, None, f"the patch has no hunks for this file; {_FIX_IT}")
-    return _FileEntry(old_path, new_path, list(patched), git_format, new_mode if changes_mode else None)
+    return old_path, new_path, False
 
 
 def _at_epoch(timestamp: str | None) -> bool:
@@ -213,8 +271,9 @@ def _extended_header(line: str) -> tuple[str, str]:
     for key in ("rename from", "rename to", "copy from", "copy to"):
         if line.startswith(key + " "):
             return key, line[len(key) + 1 :].rstrip("\r\n")
-    if line.startswith("GIT binary patch"):
-        return "GIT binary patch", ""
+    for key in ("GIT binary patch", "new file mode", "deleted file mode"):
+        if line.startswith(key):
+            return key, ""
     return "", ""
 
 
@@ -263,7 +322,16 @@ def _check_path(path: str) -> None:
         raise PatchDoesNotApplyError(path, None, "the path must be relative, inside the repository and not in .git")
 
 
-def _apply_entry(entry: _FileEntry, current: Callable[[str], bytes | None], window: int) -> FileChange:
+def _apply_entry(
+    entry: _FileEntry,
+    current: Callable[[str], bytes | None],
+    source: Callable[[str], bytes | None],
+    window: int,
+    max_file_bytes: int,
+) -> FileChange:
+    """The change `entry` makes; `source` reads the file it starts from, `current` any other."""
+    if entry.binary is not None:
+        return _apply_binary_entry(entry, entry.binary, current, source, max_file_bytes)
     if entry.old_path is None:
         assert entry.new_path is not None  # unidiff never yields /dev/null on both sides
         if current(entry.new_path) is not None:
@@ -271,7 +339,7 @@ def _apply_entry(entry: _FileEntry, current: Callable[[str], bytes | None], wind
         content = _apply_hunks(entry.new_path, b"", entry.hunks, window)
         return FileChange(entry.new_path, content, mode=entry.new_mode or REGULAR_FILE_MODE)
 
-    original = current(entry.old_path)
+    original = source(entry.old_path)
     if original is None:
         only_additions = all(hunk.source_length == 0 for hunk in entry.hunks)
         if entry.git_format or not only_additions or entry.new_path is None:
@@ -287,11 +355,48 @@ def _apply_entry(entry: _FileEntry, current: Callable[[str], bytes | None], wind
                 entry.old_path, None, f"the patch deletes this file but {remaining} of its lines are not in the patch"
             )
         return FileChange(entry.old_path, None)
-    if entry.new_path != entry.old_path:
-        if current(entry.new_path) is not None:
-            raise PatchDoesNotApplyError(entry.new_path, None, "the patch renames a file to this path but it exists")
-        return FileChange(entry.new_path, content, old_path=entry.old_path, mode=entry.new_mode)
-    return FileChange(entry.new_path, content, mode=entry.new_mode)
+    return _moved(entry, entry.old_path, entry.new_path, content, current)
+
+
+def _moved(
+    entry: _FileEntry, old_path: str, new_path: str, content: bytes, current: Callable[[str], bytes | None]
+) -> FileChange:
+    """The change of a section that keeps its file, renames it or copies it."""
+    if new_path == old_path:
+        return FileChange(new_path, content, mode=entry.new_mode)
+    if current(new_path) is not None:
+        what = "copies" if entry.copy else "renames"
+        raise PatchDoesNotApplyError(new_path, None, f"the patch {what} a file to this path but it exists")
+    if entry.copy:
+        return FileChange(new_path, content, mode=entry.new_mode, copied_from=old_path)
+    return FileChange(new_path, content, old_path=old_path, mode=entry.new_mode)
+
+
+def _apply_binary_entry(
+    entry: _FileEntry,
+    hunk: BinaryHunk,
+    current: Callable[[str], bytes | None],
+    source: Callable[[str], bytes | None],
+    max_file_bytes: int,
+) -> FileChange:
+    path = entry.new_path or entry.old_path
+    assert path is not None
+    original = None if entry.old_path is None else source(entry.old_path)
+    if entry.old_path is None and entry.new_path is not None and current(entry.new_path) is not None:
+        raise PatchDoesNotApplyError(entry.new_path, None, f"the patch creates this file but it exists; {_FIX_IT}")
+    if entry.old_path is not None and original is None:
+        raise PatchDoesNotApplyError(entry.old_path, None, f"no such file in the workspace; {_FIX_IT}")
+    try:
+        content = apply_binary(hunk, original, max_file_bytes)
+    except BinaryPatchError as error:
+        raise PatchDoesNotApplyError(path, None, f"binary patch: {error}; {_FIX_IT}") from error
+    if entry.new_path is None or content is None:
+        if entry.new_path is not None or entry.old_path is None:
+            raise PatchDoesNotApplyError(path, None, "the binary patch's blob ids and file headers disagree")
+        return FileChange(entry.old_path, None)
+    if entry.old_path is None:
+        return FileChange(entry.new_path, content, mode=entry.new_mode or REGULAR_FILE_MODE)
+    return _moved(entry, entry.old_path, entry.new_path, content, current)
 
 
 def _split_lines(content: bytes) -> list[bytes]:

@@ -35,7 +35,7 @@ def patched_tree(store: BaseObjectStore, tree: ObjectID | None, patch: ParsedPat
         if tree is None:
             return None
         try:
-            return tree_lookup_path(store.__getitem__, tree, path.encode())
+            return tree_lookup_path(store.__getitem__, tree, _path_bytes(path))
         except (KeyError, NotTreeError):
             return None
         except SubmoduleEncountered as error:
@@ -59,6 +59,9 @@ def patched_tree(store: BaseObjectStore, tree: ObjectID | None, patch: ParsedPat
     def mode_of(change: FileChange) -> int:
         if change.mode is not None:
             return change.mode
+        if change.copied_from is not None:  # a copy is of its source before the patch: its mode then too
+            found = entry(change.copied_from)
+            return found[0] if found else REGULAR_FILE_MODE
         source = change.old_path or change.path
         if source in modes:
             return modes[source]
@@ -69,10 +72,10 @@ def patched_tree(store: BaseObjectStore, tree: ObjectID | None, patch: ParsedPat
     for change in changes:
         mode = mode_of(change)
         if change.old_path is not None:
-            root.remove(change.old_path.encode())
+            root.remove(_path_bytes(change.old_path))
             modes.pop(change.old_path, None)
         if change.content is None:
-            root.remove(change.path.encode())
+            root.remove(_path_bytes(change.path))
             modes.pop(change.path, None)
             continue
         blob = Blob.from_string(change.content)
@@ -80,6 +83,11 @@ def patched_tree(store: BaseObjectStore, tree: ObjectID | None, patch: ParsedPat
         root.put(change.path, mode, blob.id)
         modes[change.path] = mode
     return root.write() or _empty_tree(store)
+
+
+def _path_bytes(path: str) -> bytes:
+    """A patch's path as a tree entry's bytes: a name that is not UTF-8 keeps its bytes (`patching.patch_text`)."""
+    return path.encode("utf-8", errors="surrogateescape")
 
 
 def _empty_tree(store: BaseObjectStore) -> ObjectID:
@@ -110,7 +118,7 @@ class _Folder:
         return folder
 
     def put(self, path: str, mode: int, sha: ObjectID) -> None:
-        *folders, name = path.encode().split(b"/")
+        *folders, name = _path_bytes(path).split(b"/")
         target = self
         for part in folders:
             target = target._folder(part, path)
