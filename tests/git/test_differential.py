@@ -1,8 +1,9 @@
 """apply_patch against real git and GNU patch, on random edits (hypothesis).
 
-A random tree of small files is committed with git: text (some lines not UTF-8, in Latin-1) and binary files
-(random bytes with NULs). A random change of it (lines inserted, deleted and replaced, bytes changed, files added,
-deleted, emptied, renamed or copied with or without edits, made executable or not) is committed after it, and
+A random tree of small files is committed with git: text (some lines not UTF-8, in Latin-1), binary files (random
+bytes with NULs) and symbolic links, some under names git quotes (non-ASCII, a space, a quote, a backslash). A random
+change of it (lines inserted, deleted and replaced, bytes changed, files added, deleted, emptied, renamed or copied
+with or without edits, made executable or not, links retargeted) is committed after it, and
 exported four ways: `git format-patch`, `git diff --binary`, `git diff -C --binary` (copies found), and `diff -ruN`
 between the two trees. The worker applies each, sent as bytes (a base64 patch), to a workspace branch holding the
 base tree. For git's formats the branch's tree must be git's, to the tree id (paths, modes, contents); for the plain
@@ -27,7 +28,7 @@ from pathlib import Path
 import pytest
 from dulwich.refs import Ref
 from dulwich.repo import Repo
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
 from job_worker.jobs import apply_patch
@@ -47,8 +48,12 @@ BRANCH = "main"
 # A line of bytes that are not UTF-8 is held as text with lone surrogates (surrogateescape), one per byte.
 LATIN_1 = "caf\udce9 na\udcefve"
 LINES = st.sampled_from([f"line {n}" for n in range(8)] + ["", "    indented", "}", "return x", LATIN_1])
+# Names git quotes in its headers too: non-ASCII, a space, a double quote, a backslash.
 NAMES = st.sampled_from(
-    ["a.txt", "b.py", "c.md", "dir/d.txt", "dir/e.py", "dir/sub/f.txt", "g", "h.sh", "img.png", "dir/blob.bin"]
+    [
+        *("a.txt", "b.py", "c.md", "dir/d.txt", "dir/e.py", "dir/sub/f.txt", "g", "h.sh", "img.png", "dir/blob.bin"),
+        *("dir/na\u00efve.txt", "sp ace.md", 'quo"te.txt', "back\\slash.txt"),
+    ]
 )
 BYTES = st.binary(min_size=1, max_size=300).map(lambda data: b"\0" + data)  # a NUL: git takes it for binary
 
@@ -59,8 +64,11 @@ class File:
     newline_at_end: bool = True
     executable: bool = False
     data: bytes | None = None  # a binary file's bytes (then `lines` is empty)
+    link: str | None = None  # a symbolic link's target (then `lines` is empty)
 
     def content(self) -> bytes:
+        if self.link is not None:
+            return self.link.encode()
         if self.data is not None:
             return self.data
         text = "\n".join(self.lines)
@@ -76,7 +84,8 @@ TEXT_FILES = st.builds(
     executable=st.booleans(),
 )
 BINARY_FILES = st.builds(File, lines=st.just(()), executable=st.booleans(), data=BYTES)
-FILES = st.one_of(TEXT_FILES, TEXT_FILES, BINARY_FILES)
+LINKS = st.builds(File, lines=st.just(()), link=st.sampled_from(["a.txt", "dir/sub", "../outside", "missing"]))
+FILES = st.one_of(TEXT_FILES, TEXT_FILES, BINARY_FILES, LINKS)
 TREES = st.dictionaries(NAMES, FILES, min_size=1, max_size=5)
 
 
@@ -99,6 +108,8 @@ def edited_bytes(draw: st.DrawFn, data: bytes) -> bytes:
 @st.composite
 def edited(draw: st.DrawFn, file: File) -> File:
     """`file` with a few lines (or bytes) inserted, deleted or replaced, and maybe its last newline or mode changed."""
+    if file.link is not None:
+        return draw(st.one_of(LINKS, TEXT_FILES))  # another target, or a file in the link's place
     executable = not file.executable if draw(st.integers(0, 4)) == 0 else file.executable
     if file.data is not None:
         return File((), executable=executable, data=draw(edited_bytes(file.data)))
@@ -162,11 +173,14 @@ def _write_tree(root: Path, tree: Mapping[str, File]) -> None:
     if root.exists():
         for child in root.iterdir():
             if child.name != ".git":
-                shutil.rmtree(child) if child.is_dir() else child.unlink()
+                shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
     root.mkdir(parents=True, exist_ok=True)
     for name, file in tree.items():
         path = root / name
         path.parent.mkdir(parents=True, exist_ok=True)
+        if file.link is not None:
+            path.symlink_to(file.link)
+            continue
         path.write_bytes(file.content())
         path.chmod(0o755 if file.executable else 0o644)
 
@@ -309,6 +323,8 @@ def _is_utf8(data: bytes) -> bool:
 @given(changes())
 def test_a_plain_diff_gives_what_gnu_patch_makes(tmp_path: Path, change: Change) -> None:
     base, after = change
+    # diff -r follows symbolic links (a plain diff cannot say "this is a link"): those trees are git's formats' own.
+    assume(not any(file.link is not None for file in (*base.values(), *after.values())))
     case = _case(tmp_path, base, after)
     made = subprocess.run(
         ["diff", "-ruN", case.base_folder.name, case.after_folder.name],
