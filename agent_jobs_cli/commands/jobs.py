@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import uuid
 from pathlib import Path
@@ -139,10 +140,14 @@ def _payload(
         if patch_file is None or not message:
             raise CliError("apply_patch needs --patch-file FILE and --message TEXT")
         try:
-            patch = patch_file.read_text(encoding="utf-8")
+            diff = patch_file.read_bytes()
         except OSError as error:
             raise CliError(f"cannot read the patch {patch_file}: {error}") from None
-        return {"patch": patch, "commitMessage": message}
+        try:
+            return {"patch": diff.decode("utf-8"), "commitMessage": message}
+        except UnicodeDecodeError:
+            # Bytes that are not UTF-8 (a file in a legacy encoding) cannot be JSON text: sent as base64.
+            return {"patch": base64.b64encode(diff).decode(), "patchEncoding": "base64", "commitMessage": message}
     if job_type == JobType.RUN_TESTS:
         return {"suite": suite}
     if job_type == JobType.OPEN_PR:

@@ -4,9 +4,11 @@ can cause. The DLQ commands are in test_dlq.py."""
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import boto3
+from dulwich.repo import Repo
 
 from agent_jobs.guard import JobGuard, ResumeOutcome
 from agent_jobs.models import ResumeDecision
@@ -312,3 +314,34 @@ def test_cli_mints_a_token_for_the_local_runtime_when_none_is_given(cli: CliHarn
     assert json.loads(minted.stdout)["tenantId"] == "default"
     assert other_tenant.exit_code == 1
     assert "404" in other_tenant.stderr
+
+
+def test_cli_enqueue_sends_a_diff_that_is_not_utf8_as_base64_and_the_worker_applies_its_bytes(cli: CliHarness):
+    # Given a diff made by git of a Latin-1 file and a binary file (git diff --binary)
+    remotes = cli.register("ws-cli-bytes")
+    made = cli.root / "made-bytes"
+    made.mkdir()
+    subprocess.run(["git", "init", "-q", str(made)], check=True)
+    latin, picture = "caf\xe9 cr\xe8me\n".encode("latin-1"), bytes(range(256)) + b"\0"
+    (made / "legacy.txt").write_bytes(latin)
+    (made / "logo.png").write_bytes(picture)
+    subprocess.run(["git", "-C", str(made), "add", "-A"], check=True)
+    diff = subprocess.run(
+        ["git", "-C", str(made), "diff", "--cached", "--binary"], check=True, capture_output=True
+    ).stdout
+    patch_file = cli.root / "bytes.diff"
+    patch_file.write_bytes(diff)
+
+    # When the CLI enqueues it and the workspace runs
+    sent = cli.run("enqueue", "apply_patch", "ws-cli-bytes", "--patch-file", str(patch_file), "-m", "bytes")
+    assert sent.exit_code == 0, sent.output
+    watched = cli.run("watch", "ws-cli-bytes", "--until-idle", "--interval", "0.2", "--timeout", "90", "--json")
+    assert watched.exit_code == 0, watched.output
+    assert {job["status"] for job in json.loads(watched.stdout.splitlines()[-1])["jobs"]} == {"SUCCEEDED"}
+
+    # Then the branch holds the files' very bytes
+    with Repo(str(remotes["ws-cli-bytes"])) as repo:
+        (branch,) = [ref for ref in repo.refs.allkeys() if ref.startswith(b"refs/heads/") and ref != b"refs/heads/main"]
+        tree = repo[repo[repo.refs[branch]].tree]  # type: ignore[attr-defined]
+        assert repo[tree[b"legacy.txt"][1]].data == latin  # type: ignore[attr-defined,index]
+        assert repo[tree[b"logo.png"][1]].data == picture  # type: ignore[attr-defined,index]
