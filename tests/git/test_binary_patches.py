@@ -187,10 +187,12 @@ def test_a_binary_hunk_that_makes_other_content_than_its_blob_id_is_refused() ->
 @pytest.mark.parametrize(
     ("delta", "why"),
     [
-        (bytes([4, 8, 0x91, 0, 9]), "copies outside the file"),  # copy 9 bytes at offset 0 of a 4-byte file
-        (bytes([4, 8, 0x7F]) + b"x", "inserts beyond its data"),
-        (bytes([4, 8, 0]), "zero command byte"),
-        (bytes([4, 8, 0x91]), "ends inside a copy command"),
+        (bytes([4, 8, 0x91, 0, 9]), "does not apply"),  # copy 9 bytes at offset 0 of a 4-byte file
+        (bytes([4, 8, 0x7F]) + b"x", "does not apply"),  # insert 127 bytes of 1
+        (bytes([4, 8, 0]), "does not apply"),  # the zero command
+        (bytes([4, 8, 0x91]), "does not apply"),  # a copy cut short
+        (bytes([4, 1]) + b"\x80" * 1000, "does not apply"),  # 65 MB of copies stated as 1 byte: stops at once
+        (bytes([4, 0x80]), "ends inside its header"),
         (bytes([5, 8, 1]) + b"x", "applies to 5 bytes but the file has 4"),
     ],
 )

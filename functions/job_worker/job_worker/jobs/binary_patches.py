@@ -155,7 +155,8 @@ def _varint(delta: bytes, at: int) -> tuple[int, int]:
 
 
 def _apply_delta(source: bytes, delta: bytes, max_bytes: int) -> bytes:
-    """Git's delta format: the source's and the result's sizes, then copy (from the source) and insert commands."""
+    """Git's delta format: the source's and the result's sizes, then copy (from the source) and insert commands. The
+    sizes are checked here; dulwich's `apply_delta` (in C) runs the commands, never beyond the stated result."""
     source_size, at = _varint(delta, 0)
     result_size, at = _varint(delta, at)
     if source_size != len(source):
@@ -164,35 +165,11 @@ def _apply_delta(source: bytes, delta: bytes, max_bytes: int) -> bytes:
         raise BinaryPatchError(
             f"the binary delta makes {result_size} bytes, above the {max_bytes}-byte limit of MAX_BLOB_BYTES"
         )
-    out = bytearray()
-    while at < len(delta):
-        command = delta[at]
-        at += 1
-        if command & 0x80:
-            offset, size, at = _copy_command(delta, at, command)
-            if offset + size > len(source) or len(out) + size > result_size:
-                raise BinaryPatchError("the binary delta copies outside the file or beyond its stated result")
-            out += source[offset : offset + size]
-        elif command:
-            if at + command > len(delta) or len(out) + command > result_size:
-                raise BinaryPatchError("the binary delta inserts beyond its data or its stated result")
-            out += delta[at : at + command]
-            at += command
-        else:
-            raise BinaryPatchError("the binary delta has a zero command byte")
-    if len(out) != result_size:
-        raise BinaryPatchError(f"the binary delta makes {len(out)} bytes, not the {result_size} it states")
-    return bytes(out)
+    # The git library, imported only when a delta is applied: the module stays cheap to import at a cold start.
+    from dulwich.errors import ApplyDeltaError
+    from dulwich.pack import apply_delta
 
-
-def _copy_command(delta: bytes, at: int, command: int) -> tuple[int, int, int]:
-    """A copy command's offset and size (each byte present when its bit of `command` is set), and where it ends."""
-    values = [0, 0]
-    for bit in range(7):
-        if command & (1 << bit):
-            if at >= len(delta):
-                raise BinaryPatchError("the binary delta ends inside a copy command")
-            which, shift = (0, bit) if bit < 4 else (1, bit - 4)
-            values[which] |= delta[at] << (8 * shift)
-            at += 1
-    return values[0], values[1] or 0x10000, at
+    try:
+        return b"".join(apply_delta(source, delta))
+    except ApplyDeltaError as error:
+        raise BinaryPatchError(f"the binary delta does not apply ({error})") from error
