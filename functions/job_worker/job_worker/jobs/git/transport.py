@@ -25,13 +25,14 @@ from pathlib import Path
 from dulwich.client import LocalGitClient, get_transport_and_path
 from dulwich.file import FileLocked
 from dulwich.objects import ObjectID
-from dulwich.pack import UnpackedObject
+from dulwich.pack import UnpackedObject, generate_unpacked_objects
 from dulwich.refs import Ref
 from dulwich.repo import Repo
 
 from job_worker.jobs.errors import PermanentJobError, RetryableJobError
 from job_worker.jobs.git.bounded_fetch import PackGuard, SizeCheckingLocalClient
 from job_worker.jobs.git.confinement import local_remote_escape
+from job_worker.jobs.git.new_objects import objects_to_send
 from job_worker.jobs.git.remote import GitRemote
 from job_worker.jobs.limits import GitLimits
 
@@ -114,7 +115,11 @@ class RemoteTransport:
             ofs_delta: bool = False,
             progress: Callable[[bytes], None] | None = None,
         ) -> tuple[int, Iterator[UnpackedObject]]:
-            return repo.object_store.generate_pack_data(have, want, ofs_delta=ofs_delta, progress=progress)
+            # Only what the new commits change (`jobs.git.new_objects`), not dulwich's walk of the whole history.
+            object_ids = objects_to_send(repo.object_store, have, want)
+            return len(object_ids), generate_unpacked_objects(
+                repo.object_store, [(sha, None) for sha in object_ids], ofs_delta=ofs_delta, progress=progress
+            )
 
         for first_try in (True, False):
             try:
