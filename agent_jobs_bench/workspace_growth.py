@@ -170,7 +170,8 @@ def _growth_figures(root: Path, quick: bool) -> list[Figure]:
             COMMAND,
             baseline=round(_at(before, baseline_jobs, window) / baselines[1], 2),
             goal=None if quick else FLAT_GOAL,
-            note=f"baseline: job {baseline_jobs:,} / job 1 without the fixes (it is not run to job {jobs:,})",
+            note=f"baseline: job {baseline_jobs:,} / job 1 without the fixes"
+            + (f" (not run to job {jobs:,})" if baseline_jobs < jobs else ""),
         )
     )
     return figures

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import fcntl
 import subprocess
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from job_worker.jobs.git import consolidation
 from job_worker.jobs.git.consolidation import LOOSE_FOLDER_LIMIT, PACK_LIMIT, consolidate
 from job_worker.jobs.git.transport import LOCAL_PUSH_TURN
 from job_worker.jobs.git_workspace import GitWorkspace, GitWorkspaceStore
-from tests.git.conftest import apply_patch_job, diff
+from tests.git.conftest import apply_patch_job, diff, remote_ref
 from tests.git.test_git_workspace import branch_job_ids, context
 
 StoreFactory = Callable[..., GitWorkspaceStore]
@@ -168,3 +169,24 @@ def test_a_merge_killed_before_it_removed_the_old_packs_loses_nothing(
         consolidate(store, 1024, pack_loose=False)
         assert set(reopened.object_store) == shas
     assert len(_packs(path)) <= PACK_LIMIT
+
+
+def test_a_fetch_from_a_local_remote_waits_while_its_packs_are_merged(remote: Path, make_store: StoreFactory) -> None:
+    # Given a worker merging the remote's packs (its turn held exclusively)
+    _apply(make_store("writer").open("ws-1"), range(1, 3))
+    reader = make_store("reader").open("ws-1")
+    heads: list[str] = []
+    with (remote / LOCAL_PUSH_TURN).open("a") as turn:
+        fcntl.flock(turn, fcntl.LOCK_EX)
+        try:
+            # When another worker fetches, it waits for the merge to end (no pack is removed under its reads)
+            fetching = threading.Thread(target=lambda: heads.append(reader.head()))
+            fetching.start()
+            fetching.join(timeout=0.5)
+            assert fetching.is_alive()
+        finally:
+            fcntl.flock(turn, fcntl.LOCK_UN)
+    fetching.join(timeout=30)
+
+    # Then it fetches once the merge is over
+    assert heads == [remote_ref(remote, "agent/ws-1")]
