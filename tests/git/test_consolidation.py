@@ -10,10 +10,12 @@ import subprocess
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from dulwich.object_store import DiskObjectStore
 from dulwich.objects import Blob
+from dulwich.pack import load_pack_index
 from dulwich.repo import Repo
 
 from job_worker.jobs import apply_patch
@@ -190,3 +192,23 @@ def test_a_fetch_from_a_local_remote_waits_while_its_packs_are_merged(remote: Pa
 
     # Then it fetches once the merge is over
     assert heads == [remote_ref(remote, "agent/ws-1")]
+
+
+def test_a_repository_below_the_limits_is_only_listed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a repository of PACK_LIMIT packs, one of them large (a first fetch of a big repository)
+    repo = _small_packs(tmp_path / "repo.git", PACK_LIMIT - 1)
+    repo.object_store.add_objects([(Blob.from_string(f"large {n}\n".encode()), None) for n in range(500)])
+    store = repo.object_store
+    assert isinstance(store, DiskObjectStore)
+    opened: list[str] = []
+
+    def counted(path: str, *args: Any) -> Any:
+        opened.append(path)
+        return load_pack_index(path, *args)
+
+    monkeypatch.setattr(consolidation, "load_pack_index", counted)
+
+    # When a use of it ends, nothing is merged and no pack index was read (each use of a cache ends so)
+    assert not consolidate(store, 1024, pack_loose=True)
+    assert opened == []
+    repo.close()

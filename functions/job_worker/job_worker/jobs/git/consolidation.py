@@ -42,21 +42,39 @@ _PACK_SIDE_FILES = (".rev", ".bitmap", ".mtimes")
 @dataclass(frozen=True)
 class _PackFile:
     basename: str  # the path without ".pack"
-    objects: list[ObjectID]
+    count: int  # of objects, from its index's header
+
+    def objects(self, store: DiskObjectStore) -> list[ObjectID]:
+        index = load_pack_index(f"{self.basename}.idx", store.object_format)
+        try:
+            return list(index)
+        finally:
+            index.close()
 
 
 def consolidate(store: DiskObjectStore, max_object_bytes: int, *, pack_loose: bool) -> bool:
-    """Pack the loose objects (when `pack_loose` and there are more than LOOSE_LIMIT), then merge the smaller packs
-    (when there are more than PACK_LIMIT); True if anything was rewritten. The caller holds the repository alone."""
+    """Pack the loose objects (when `pack_loose` and they fill more than LOOSE_FOLDER_LIMIT folders), then merge the
+    smaller packs (when there are more than PACK_LIMIT); True if anything was rewritten. The caller holds the
+    repository alone. Below both limits this lists two folders and reads nothing else."""
     rewritten = False
     # Counted as git's `gc --auto` estimates them, without listing them: here by the folders they fill (about
     # LOOSE_FOLDER_LIMIT * 1.2 objects when it is reached, as each object's folder is the first byte of its sha).
     if pack_loose and len(_loose_folders(store)) > LOOSE_FOLDER_LIMIT:
         rewritten = _pack_loose(store, max_object_bytes)
-    packs = _pack_files(store)
-    if len(packs) > PACK_LIMIT:
-        rewritten = _merge(store, _geometric_rollup(packs), max_object_bytes) or rewritten
+    if pack_files_over(Path(store.pack_dir), PACK_LIMIT):
+        packs = _pack_files(store)
+        if len(packs) > PACK_LIMIT:
+            rewritten = _merge(store, _geometric_rollup(packs), max_object_bytes) or rewritten
     return rewritten
+
+
+def pack_files_over(pack_folder: Path, limit: int) -> bool:
+    """Whether `pack_folder` holds more than `limit` pack files (counted from one listing, without opening any)."""
+    try:
+        names = os.listdir(pack_folder)
+    except OSError:
+        return False
+    return sum(name.endswith(".pack") for name in names) > limit
 
 
 def _loose_folders(store: DiskObjectStore) -> list[Path]:
@@ -95,7 +113,7 @@ def _pack_loose(store: DiskObjectStore, max_object_bytes: int) -> bool:
 
 
 def _pack_files(store: DiskObjectStore) -> list[_PackFile]:
-    """The store's complete packs (a `.pack` with its `.idx`) without a `.keep` file, with their objects."""
+    """The store's complete packs (a `.pack` with its `.idx`) without a `.keep` file, with their number of objects."""
     packs = []
     folder = Path(store.pack_dir)
     for data in sorted(folder.glob("*.pack")) if folder.is_dir() else []:
@@ -104,7 +122,7 @@ def _pack_files(store: DiskObjectStore) -> list[_PackFile]:
             continue
         index = load_pack_index(f"{basename}.idx", store.object_format)
         try:
-            packs.append(_PackFile(basename, list(index)))
+            packs.append(_PackFile(basename, len(index)))
         finally:
             index.close()
     return packs
@@ -112,17 +130,17 @@ def _pack_files(store: DiskObjectStore) -> list[_PackFile]:
 
 def _geometric_rollup(packs: list[_PackFile]) -> list[_PackFile]:
     """The smallest packs, up to the first one that holds at least twice their objects (always two at least)."""
-    ordered = sorted(packs, key=lambda pack: len(pack.objects))
+    ordered = sorted(packs, key=lambda pack: pack.count)
     total = 0
-    for count, pack in enumerate(ordered):
-        if count >= 2 and len(pack.objects) >= 2 * total:
-            return ordered[:count]
-        total += len(pack.objects)
+    for taken, pack in enumerate(ordered):
+        if taken >= 2 and pack.count >= 2 * total:
+            return ordered[:taken]
+        total += pack.count
     return ordered
 
 
 def _merge(store: DiskObjectStore, packs: list[_PackFile], max_object_bytes: int) -> bool:
-    objects = list(dict.fromkeys(sha for pack in packs for sha in pack.objects))
+    objects = list(dict.fromkeys(sha for pack in packs for sha in pack.objects(store)))
     if not _fit(store, objects, max_object_bytes):
         return False
     written = _write_pack(store, objects)

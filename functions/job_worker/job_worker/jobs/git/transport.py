@@ -35,7 +35,7 @@ from dulwich.repo import Repo
 from job_worker.jobs.errors import PermanentJobError, RetryableJobError
 from job_worker.jobs.git.bounded_fetch import PackGuard, SizeCheckingLocalClient
 from job_worker.jobs.git.confinement import local_remote_escape
-from job_worker.jobs.git.consolidation import PACK_LIMIT, consolidate
+from job_worker.jobs.git.consolidation import PACK_LIMIT, consolidate, pack_files_over
 from job_worker.jobs.git.new_objects import objects_to_send
 from job_worker.jobs.git.remote import GitRemote
 from job_worker.jobs.limits import GitLimits
@@ -192,7 +192,7 @@ class RemoteTransport:
         as git's receive-pack runs `git gc --auto`. Only while no other worker pushes to it or fetches from it (its
         LOCAL_PUSH_TURN taken exclusively, without waiting): otherwise a later push does it."""
         root = self.local_root()
-        if root is None or not _pack_count_over(root, PACK_LIMIT):
+        if root is None or not pack_files_over(root / "objects" / "pack", PACK_LIMIT):
             return
         with (root / LOCAL_PUSH_TURN).open("a") as turn:
             try:
@@ -231,12 +231,3 @@ class RemoteTransport:
                 return True
             finally:
                 fcntl.flock(turn, fcntl.LOCK_UN)
-
-
-def _pack_count_over(root: Path, limit: int) -> bool:
-    """Whether the repository at `root` holds more than `limit` pack files (counted without opening any)."""
-    try:
-        names = os.listdir(root / "objects" / "pack")
-    except OSError:
-        return False
-    return sum(name.endswith(".pack") for name in names) > limit
