@@ -38,6 +38,7 @@ BENCHMARKS: dict[str, str] = {
     "group_parallel": "Group-parallel worker",
     "cold_start": "Cold start",
     "git_round_trips": "Git round trips per apply_patch",
+    "workspace_growth": "apply_patch as a workspace grows",
     "end_to_end": "End to end, local",
     "plan": "Capacity and cost plan",
 }

@@ -301,7 +301,7 @@ class GitWorkspace:
     @contextmanager
     def _cache(self) -> Iterator[Repo]:
         """The workspace's bare cache repository (`jobs.git.cache.open_cache`): one user at a time per machine."""
-        with open_cache(self.cache_path, self._after_use) as repo:
+        with open_cache(self.cache_path, self._after_use, max_object_bytes=self.limits.max_blob_bytes) as repo:
             yield repo
 
     def _fetch(self, repo: Repo, wanted: Sequence[Ref]) -> dict[Ref, ObjectID]:

@@ -9,12 +9,14 @@ happy path.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 
 from dulwich.objects import ZERO_SHA, ObjectID
 from dulwich.refs import Ref
 from dulwich.repo import Repo
 
-from job_worker.jobs.git.commits import DEFAULT_IDENTITY, commit_of, job_commits, new_commit
+from job_worker.jobs.git.commits import DEFAULT_IDENTITY, commit_of, job_commit_of, new_commit
+from job_worker.jobs.git.trailer_index import indexed_job_commits
 from job_worker.jobs.git.trees import patched_tree
 from job_worker.jobs.patching import ParsedPatch
 from job_worker.jobs.workspace import ROOT_HEAD, Commit
@@ -29,6 +31,7 @@ class FetchedBranch:
         self.base = base
         self.heads = dict(heads)
         self._looked_for: dict[str, Commit | None] = {}
+        self._indexed: list[tuple[ObjectID, str]] | None = None
 
     @property
     def head(self) -> str:
@@ -38,13 +41,36 @@ class FetchedBranch:
 
     def job_commits(self) -> Iterator[Commit]:
         """The branch's commits with a job trailer, newest first, down to (not into) the base branch."""
-        return job_commits(self.repo.object_store, self.heads.get(self.branch), self.heads.get(self.base))
+        for sha, _ in self._job_shas():
+            yield job_commit_of(commit_of(self.repo.object_store, sha.decode()))
 
     def job_commit(self, job_id: str) -> Commit | None:
-        """The branch's commit whose trailer names `job_id`; the branch is walked once per job id."""
+        """The branch's commit whose trailer names `job_id`, found through the cache's index of the branch's job
+        commits (`jobs.git.trailer_index`), brought up to date once per use."""
         if job_id not in self._looked_for:
-            self._looked_for[job_id] = next((c for c in self.job_commits() if c.job_id == job_id), None)
+            found = self._indexed_commit(job_id)
+            if found is not None and found.job_id != job_id:
+                # An index that names a commit of another job was not written by this worker: walk the branch.
+                self._indexed = None
+                found = self._indexed_commit(job_id, trust_index=False)
+            self._looked_for[job_id] = found
         return self._looked_for[job_id]
+
+    def _indexed_commit(self, job_id: str, *, trust_index: bool = True) -> Commit | None:
+        sha = next((sha for sha, indexed_id in self._job_shas(trust_index) if indexed_id == job_id), None)
+        return None if sha is None else job_commit_of(commit_of(self.repo.object_store, sha.decode()))
+
+    def _job_shas(self, trust_index: bool = True) -> list[tuple[ObjectID, str]]:
+        if self._indexed is None:
+            self._indexed = indexed_job_commits(
+                self.repo.object_store,
+                Path(self.repo.path),
+                self.branch,
+                self.heads.get(self.branch),
+                self.heads.get(self.base),
+                trust_index=trust_index,
+            )
+        return self._indexed
 
     def new_commit(self, patch: ParsedPatch, *, message: str, author: str | None) -> ObjectID:
         """Store a commit of `patch` applied to the head's tree, on the head; returns its sha (nothing is pushed)."""

@@ -20,15 +20,21 @@ from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager
 from pathlib import Path
 
+from dulwich.object_store import DiskObjectStore
 from dulwich.repo import Repo
 
+from agent_jobs.settings import DEFAULT_MAX_BLOB_BYTES
+from job_worker.jobs.git.consolidation import consolidate
 from job_worker.jobs.git.object_sizes import large_object_scope
 
 
 @contextmanager
-def open_cache(cache_path: Path, after_use: Callable[[], None] | None = None) -> Iterator[Repo]:
+def open_cache(
+    cache_path: Path, after_use: Callable[[], None] | None = None, *, max_object_bytes: int = DEFAULT_MAX_BLOB_BYTES
+) -> Iterator[Repo]:
     """The bare cache repository at `cache_path`, created on first use; one user at a time per machine. `after_use`
-    runs when the use ends, also after one that failed."""
+    runs when the use ends, also after one that failed. A use that ends well leaves the cache's packs and loose
+    objects few (`jobs.git.consolidation`, never inflating an object above `max_object_bytes`)."""
     cache_path.parent.mkdir(parents=True, exist_ok=True)
     lock_path = Path(f"{cache_path}.lock")
     try:
@@ -48,6 +54,8 @@ def open_cache(cache_path: Path, after_use: Callable[[], None] | None = None) ->
                 _clear_stale_locks(cache_path)
                 with closing(Repo(str(cache_path))) as repo, large_object_scope():
                     yield repo
+                    assert isinstance(repo.object_store, DiskObjectStore)
+                    consolidate(repo.object_store, max_object_bytes, pack_loose=True)
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
     finally:

@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterator
 
 from dulwich.object_store import BaseObjectStore
 from dulwich.objects import Commit as GitCommit
 from dulwich.objects import ObjectID
 from dulwich.refs import Ref, check_ref_format
-from dulwich.walk import ORDER_TOPO, Walker
 
 from agent_jobs.models import ID_PATTERN
 from job_worker.jobs.workspace import JOB_TRAILER, ROOT_HEAD, Commit
@@ -28,23 +26,16 @@ SHA = re.compile(r"^[0-9a-f]{40}$")
 _TRAILER = re.compile(rb"^" + re.escape(JOB_TRAILER.encode()) + rb":[ \t]*(\S+)[ \t]*$", re.MULTILINE)
 
 
-def job_commits(store: BaseObjectStore, branch: ObjectID | None, base: ObjectID | None) -> Iterator[Commit]:
-    """The commits with a job trailer from `branch` back, newest first, down to (not into) `base`."""
-    if branch is None:
-        return
-    walker = Walker(store, include=[branch], exclude=[base] if base else None, order=ORDER_TOPO)
-    for entry in walker:
-        job_id = job_id_of(entry.commit.message)
-        if job_id is None:
-            continue
-        parents = entry.commit.parents
-        yield Commit(
-            sha=entry.commit.id.decode(),
-            parent=parents[0].decode() if parents else ROOT_HEAD,
-            job_id=job_id,
-            message=entry.commit.message.decode("utf-8", errors="replace"),
-            patch="",  # git keeps the trees, not the patch text; `git diff <parent> <sha>` shows the change
-        )
+def job_commit_of(commit: GitCommit) -> Commit:
+    """`commit` as a workspace commit: its sha, first parent and the job id of its trailer ("" without one)."""
+    parents = commit.parents
+    return Commit(
+        sha=commit.id.decode(),
+        parent=parents[0].decode() if parents else ROOT_HEAD,
+        job_id=job_id_of(commit.message) or "",
+        message=commit.message.decode("utf-8", errors="replace"),
+        patch="",  # git keeps the trees, not the patch text; `git diff <parent> <sha>` shows the change
+    )
 
 
 def job_id_of(message: bytes) -> str | None:

@@ -9,7 +9,9 @@ git lock file behind, and git refuses every later update of that ref. A remote o
 written by the pushing worker itself, so its pushes hold an flock (`LOCAL_PUSH_TURN`, released by the system when its
 holder dies) shared, and a push that finds a ref locked takes it exclusively: a lock file still there then has no live
 writer and is removed. The branch and the test-result refs of a local remote are written by Agent Jobs only. Before
-each use, a local remote with a confining folder is checked against it (`jobs.git.confinement`).
+each use, a local remote with a confining folder is checked against it (`jobs.git.confinement`). After a push, a local
+remote holding too many packs has the smaller ones merged (`jobs.git.consolidation`), as git's receive-pack runs
+`git gc --auto`.
 """
 
 from __future__ import annotations
@@ -19,25 +21,29 @@ import os
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence, Set
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from pathlib import Path
 
 from dulwich.client import LocalGitClient, get_transport_and_path
 from dulwich.file import FileLocked
+from dulwich.object_store import DiskObjectStore
 from dulwich.objects import ObjectID
-from dulwich.pack import UnpackedObject
+from dulwich.pack import UnpackedObject, generate_unpacked_objects
 from dulwich.refs import Ref
 from dulwich.repo import Repo
 
 from job_worker.jobs.errors import PermanentJobError, RetryableJobError
 from job_worker.jobs.git.bounded_fetch import PackGuard, SizeCheckingLocalClient
 from job_worker.jobs.git.confinement import local_remote_escape
+from job_worker.jobs.git.consolidation import PACK_LIMIT, consolidate, pack_files_over
+from job_worker.jobs.git.new_objects import objects_to_send
 from job_worker.jobs.git.remote import GitRemote
 from job_worker.jobs.limits import GitLimits
 
 # A remote on this machine's file system (a path or file:// URL) is written by the pushing worker itself. Every push
-# to it holds this file of the remote shared (an flock, which dies with its process), so that a ref's git lock file
-# found while the file is held exclusively was left by a writer killed mid-update, never by a live one.
+# to it and every fetch from it holds this file of the remote shared (an flock, which dies with its process), so that
+# a ref's git lock file found while the file is held exclusively was left by a writer killed mid-update, never by a
+# live one, and so that packs are merged (`_consolidate_local`) only while no worker reads or writes them.
 LOCAL_PUSH_TURN = "agent-jobs-push.flock"
 # How long a push waits for the live pushes of a local remote to end before it takes a ref's lock file for a live one.
 STALE_REF_LOCK_WAIT_SECONDS = 5.0
@@ -77,7 +83,7 @@ class RemoteTransport:
         # As dulwich's GitClient.fetch does, but the pack goes through PackGuard on its way to a file that the
         # system removes even if this process dies, and a local remote is read through its size-checking client.
         client = SizeCheckingLocalClient(self.limits, self.remote.display_url) if self.local_root() else self.client
-        with tempfile.TemporaryFile(dir=repo.object_store.path, prefix="incoming-") as pack:
+        with tempfile.TemporaryFile(dir=repo.object_store.path, prefix="incoming-") as pack, self._using_local():
             guard = PackGuard(pack, self.limits, self.remote.display_url)
             client.fetch_pack(self._path, wants, repo.get_graph_walker(), guard.receive, ref_prefix=list(wanted))
             guard.finish()
@@ -114,11 +120,20 @@ class RemoteTransport:
             ofs_delta: bool = False,
             progress: Callable[[bytes], None] | None = None,
         ) -> tuple[int, Iterator[UnpackedObject]]:
-            return repo.object_store.generate_pack_data(have, want, ofs_delta=ofs_delta, progress=progress)
+            # Only what the new commits change (`jobs.git.new_objects`), not dulwich's walk of the whole history.
+            object_ids = objects_to_send(repo.object_store, have, want)
+            # Whole objects: dulwich's search for deltas to reuse reads every object of every pack of the cache.
+            return len(object_ids), generate_unpacked_objects(
+                repo.object_store,
+                [(sha, None) for sha in object_ids],
+                reuse_deltas=False,
+                ofs_delta=ofs_delta,
+                progress=progress,
+            )
 
         for first_try in (True, False):
             try:
-                with self._pushing():
+                with self._using_local():
                     result = self.client.send_pack(self._path, update_refs, generate_pack_data=pack_data)
                 break
             except _RemoteRefusedError:
@@ -130,6 +145,7 @@ class RemoteTransport:
                     return False
         status = (result.ref_status or {}).get(ref)
         if status is None:
+            self._consolidate_local()
             return True
         # Refused after the check: a compare-and-swap lost in the remote, or a rule of the remote (protected branch,
         # hook). Only the first is a moved head; the second must not be retried as if it were.
@@ -157,9 +173,9 @@ class RemoteTransport:
             )
 
     @contextmanager
-    def _pushing(self) -> Iterator[None]:
-        """A push to a local remote holds its LOCAL_PUSH_TURN shared (pushes run at once; the remote's own
-        compare-and-swap orders them)."""
+    def _using_local(self) -> Iterator[None]:
+        """A push to or a fetch from a local remote holds its LOCAL_PUSH_TURN shared (they run at once; the remote's
+        own compare-and-swap orders the pushes), so that no pack is removed under them (`_consolidate_local`)."""
         root = self.local_root()
         if root is None:
             yield
@@ -168,6 +184,25 @@ class RemoteTransport:
             fcntl.flock(turn, fcntl.LOCK_SH)
             try:
                 yield
+            finally:
+                fcntl.flock(turn, fcntl.LOCK_UN)
+
+    def _consolidate_local(self) -> None:
+        """After a push to a local remote: merge its smaller packs when it holds too many (`jobs.git.consolidation`),
+        as git's receive-pack runs `git gc --auto`. Only while no other worker pushes to it or fetches from it (its
+        LOCAL_PUSH_TURN taken exclusively, without waiting): otherwise a later push does it."""
+        root = self.local_root()
+        if root is None or not pack_files_over(root / "objects" / "pack", PACK_LIMIT):
+            return
+        with (root / LOCAL_PUSH_TURN).open("a") as turn:
+            try:
+                fcntl.flock(turn, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return
+            try:
+                with closing(Repo(str(root))) as remote:
+                    assert isinstance(remote.object_store, DiskObjectStore)
+                    consolidate(remote.object_store, self.limits.max_blob_bytes, pack_loose=False)
             finally:
                 fcntl.flock(turn, fcntl.LOCK_UN)
 

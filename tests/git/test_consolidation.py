@@ -1,0 +1,214 @@
+"""Few packs in the repositories the worker writes (`jobs.git.consolidation`): a local remote after its pushes, a cache
+after its uses; merged only while no other worker uses the remote, never losing an object, never inflating one above
+MAX_BLOB_BYTES.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import subprocess
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from dulwich.object_store import DiskObjectStore
+from dulwich.objects import Blob
+from dulwich.pack import load_pack_index
+from dulwich.repo import Repo
+
+from job_worker.jobs import apply_patch
+from job_worker.jobs.git import consolidation
+from job_worker.jobs.git.consolidation import LOOSE_FOLDER_LIMIT, PACK_LIMIT, consolidate
+from job_worker.jobs.git.transport import LOCAL_PUSH_TURN
+from job_worker.jobs.git_workspace import GitWorkspace, GitWorkspaceStore
+from tests.git.conftest import apply_patch_job, diff, remote_ref
+from tests.git.test_git_workspace import branch_job_ids, context
+
+StoreFactory = Callable[..., GitWorkspaceStore]
+
+
+def _own_file(n: int) -> str:
+    return diff("--- /dev/null", f"+++ b/jobs/job-{n}.txt", "@@ -0,0 +1 @@", f"+job {n}")
+
+
+def _apply(workspace: GitWorkspace, numbers: range) -> None:
+    for n in numbers:
+        apply_patch.run(apply_patch_job(f"job-{n}", _own_file(n)), context(workspace))
+
+
+def _packs(repository: Path) -> list[str]:
+    return sorted(path.name for path in (repository / "objects" / "pack").glob("*.pack"))
+
+
+def _loose_folders(repository: Path) -> int:
+    return sum(1 for path in (repository / "objects").iterdir() if len(path.name) == 2)
+
+
+def _fsck(repository: Path) -> None:
+    checked = subprocess.run(
+        ["git", "-C", str(repository), "fsck", "--strict", "--no-dangling"], capture_output=True, text=True, check=False
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_a_local_remote_keeps_few_packs_and_every_object(remote: Path, make_store: StoreFactory) -> None:
+    workspace = make_store().open("ws-1")
+
+    _apply(workspace, range(1, 3 * PACK_LIMIT + 1))
+
+    assert len(_packs(remote)) <= PACK_LIMIT
+    _fsck(remote)
+    assert branch_job_ids(remote) == [f"job-{n}" for n in range(1, 3 * PACK_LIMIT + 1)]
+    # and a cold worker still reads all of it
+    assert len(make_store("cold").open("ws-1").history()) == 3 * PACK_LIMIT
+
+
+def test_a_cache_keeps_few_packs_and_few_loose_objects(make_store: StoreFactory) -> None:
+    workspace = make_store().open("ws-1")
+
+    _apply(workspace, range(1, 3 * LOOSE_FOLDER_LIMIT // 2))
+
+    assert _loose_folders(workspace.cache_path) <= LOOSE_FOLDER_LIMIT
+    assert len(_packs(workspace.cache_path)) <= PACK_LIMIT
+    _fsck(workspace.cache_path)
+    assert len(workspace.history()) == 3 * LOOSE_FOLDER_LIMIT // 2 - 1
+
+
+def test_a_remote_in_use_by_another_worker_is_merged_by_a_later_push(remote: Path, make_store: StoreFactory) -> None:
+    workspace = make_store().open("ws-1")
+    # Given another worker fetching from or pushing to the remote all along (its turn held shared)
+    with (remote / LOCAL_PUSH_TURN).open("a") as turn:
+        fcntl.flock(turn, fcntl.LOCK_SH)
+        try:
+            _apply(workspace, range(1, PACK_LIMIT + 3))
+            # Then no pack is removed under it
+            assert len(_packs(remote)) > PACK_LIMIT
+        finally:
+            fcntl.flock(turn, fcntl.LOCK_UN)
+
+    # When it is done, the next push merges them
+    _apply(workspace, range(PACK_LIMIT + 3, PACK_LIMIT + 4))
+    assert len(_packs(remote)) <= PACK_LIMIT
+    _fsck(remote)
+
+
+def _small_packs(path: Path, count: int, *, big_blob_bytes: int = 0) -> Repo:
+    """A bare repository of `count` packs of one blob each (the first `big_blob_bytes` long, when given)."""
+    repo = Repo.init_bare(str(path), mkdir=True)
+    for n in range(count):
+        data = b"x" * big_blob_bytes if n == 0 and big_blob_bytes else f"blob {n}\n".encode()
+        repo.object_store.add_objects([(Blob.from_string(data), None)])
+    return repo
+
+
+def test_the_largest_pack_is_left_alone_while_the_small_ones_are_merged(tmp_path: Path) -> None:
+    repo = _small_packs(tmp_path / "repo.git", PACK_LIMIT + 1)
+    large = [Blob.from_string(f"large {n}\n".encode()) for n in range(100)]
+    repo.object_store.add_objects([(blob, None) for blob in large])
+    large_pack = set(_packs(tmp_path / "repo.git")) - set(_packs_of_one_blob(repo))
+    store = repo.object_store
+    assert isinstance(store, DiskObjectStore)
+
+    assert consolidate(store, 1024, pack_loose=False)
+
+    packs = _packs(tmp_path / "repo.git")
+    assert len(packs) == 2
+    assert large_pack <= set(packs)
+    assert all(blob.id in store for blob in large)
+    _fsck(tmp_path / "repo.git")
+    repo.close()
+
+
+def _packs_of_one_blob(repo: Repo) -> list[str]:
+    return [Path(pack.data.path).name for pack in repo.object_store.packs if len(pack) == 1]
+
+
+def test_an_object_above_the_blob_limit_is_never_inflated_to_merge(tmp_path: Path) -> None:
+    repo = _small_packs(tmp_path / "repo.git", PACK_LIMIT + 2, big_blob_bytes=64 * 1024)
+    before = _packs(tmp_path / "repo.git")
+    store = repo.object_store
+    assert isinstance(store, DiskObjectStore)
+
+    assert not consolidate(store, 1024, pack_loose=False)
+
+    assert _packs(tmp_path / "repo.git") == before
+    repo.close()
+
+
+def test_a_merge_killed_before_it_removed_the_old_packs_loses_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "repo.git"
+    repo = _small_packs(path, PACK_LIMIT + 2)
+    shas = set(repo.object_store)
+    store = repo.object_store
+    assert isinstance(store, DiskObjectStore)
+    removed: list[str] = []
+    remove = consolidation._remove_pack_files
+
+    def killed_after_one(basename: str) -> None:
+        if removed:
+            raise KeyboardInterrupt  # as if the process died here
+        removed.append(basename)
+        remove(basename)
+
+    monkeypatch.setattr(consolidation, "_remove_pack_files", killed_after_one)
+    with pytest.raises(KeyboardInterrupt):
+        consolidate(store, 1024, pack_loose=False)
+    repo.close()
+
+    with Repo(str(path)) as reopened:
+        assert set(reopened.object_store) == shas
+        assert all(reopened.object_store[sha].id == sha for sha in shas)
+    _fsck(path)
+    # and the next merge finishes the work
+    monkeypatch.setattr(consolidation, "_remove_pack_files", remove)
+    with Repo(str(path)) as reopened:
+        store = reopened.object_store
+        assert isinstance(store, DiskObjectStore)
+        consolidate(store, 1024, pack_loose=False)
+        assert set(reopened.object_store) == shas
+    assert len(_packs(path)) <= PACK_LIMIT
+
+
+def test_a_fetch_from_a_local_remote_waits_while_its_packs_are_merged(remote: Path, make_store: StoreFactory) -> None:
+    # Given a worker merging the remote's packs (its turn held exclusively)
+    _apply(make_store("writer").open("ws-1"), range(1, 3))
+    reader = make_store("reader").open("ws-1")
+    heads: list[str] = []
+    with (remote / LOCAL_PUSH_TURN).open("a") as turn:
+        fcntl.flock(turn, fcntl.LOCK_EX)
+        try:
+            # When another worker fetches, it waits for the merge to end (no pack is removed under its reads)
+            fetching = threading.Thread(target=lambda: heads.append(reader.head()))
+            fetching.start()
+            fetching.join(timeout=0.5)
+            assert fetching.is_alive()
+        finally:
+            fcntl.flock(turn, fcntl.LOCK_UN)
+    fetching.join(timeout=30)
+
+    # Then it fetches once the merge is over
+    assert heads == [remote_ref(remote, "agent/ws-1")]
+
+
+def test_a_repository_below_the_limits_is_only_listed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a repository of PACK_LIMIT packs, one of them large (a first fetch of a big repository)
+    repo = _small_packs(tmp_path / "repo.git", PACK_LIMIT - 1)
+    repo.object_store.add_objects([(Blob.from_string(f"large {n}\n".encode()), None) for n in range(500)])
+    store = repo.object_store
+    assert isinstance(store, DiskObjectStore)
+    opened: list[str] = []
+
+    def counted(path: str, *args: Any) -> Any:
+        opened.append(path)
+        return load_pack_index(path, *args)
+
+    monkeypatch.setattr(consolidation, "load_pack_index", counted)
+
+    # When a use of it ends, nothing is merged and no pack index was read (each use of a cache ends so)
+    assert not consolidate(store, 1024, pack_loose=True)
+    assert opened == []
+    repo.close()
