@@ -121,6 +121,44 @@ def test_the_largest_pack_is_left_alone_while_the_small_ones_are_merged(tmp_path
     repo.close()
 
 
+def test_a_pack_above_the_merge_limit_is_never_rewritten(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a repository's own large pack (its history, packed with deltas by git) beside many small packs
+    repo = _small_packs(tmp_path / "repo.git", PACK_LIMIT + 1)
+    large = [Blob.from_string(f"large {n}\n".encode() * 50) for n in range(200)]
+    repo.object_store.add_objects([(blob, None) for blob in large])
+    (large_pack,) = set(_packs(tmp_path / "repo.git")) - set(_packs_of_one_blob(repo))
+    large_bytes = (tmp_path / "repo.git" / "objects" / "pack" / large_pack).stat().st_size
+    monkeypatch.setattr(consolidation, "MERGE_MAX_PACK_BYTES", large_bytes - 1)
+    # (the geometric rule alone would merge it: the small packs hold more objects than half of it)
+    monkeypatch.setattr(consolidation, "_geometric_rollup", lambda packs: packs)
+    store = repo.object_store
+    assert isinstance(store, DiskObjectStore)
+
+    assert consolidate(store, 1 << 20, pack_loose=False)
+
+    packs = _packs(tmp_path / "repo.git")
+    assert large_pack in packs  # untouched
+    assert len(packs) == 2
+    assert all(blob.id in store for blob in large)
+    _fsck(tmp_path / "repo.git")
+    repo.close()
+
+
+def test_one_merge_rewrites_at_most_merge_max_bytes_of_packs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    repo = _small_packs(tmp_path / "repo.git", 3 * PACK_LIMIT)
+    sizes = sorted(path.stat().st_size for path in (tmp_path / "repo.git" / "objects" / "pack").glob("*.pack"))
+    monkeypatch.setattr(consolidation, "MERGE_MAX_BYTES", sum(sizes[:PACK_LIMIT]))
+    store = repo.object_store
+    assert isinstance(store, DiskObjectStore)
+
+    assert consolidate(store, 1024, pack_loose=False)
+
+    # PACK_LIMIT packs merged into one: the rest wait for later pushes
+    assert len(_packs(tmp_path / "repo.git")) == 3 * PACK_LIMIT - PACK_LIMIT + 1
+    _fsck(tmp_path / "repo.git")
+    repo.close()
+
+
 def _packs_of_one_blob(repo: Repo) -> list[str]:
     return [Path(pack.data.path).name for pack in repo.object_store.packs if len(pack) == 1]
 

@@ -10,7 +10,8 @@ job's own commit is written loose) has them packed.
 Which packs are merged follows git's geometric repacking: packs ordered by their number of objects, the smallest are
 merged until the next one holds at least twice what the merged ones do. A large pack (the first fetch of a big
 repository) is left alone while the small ones are merged, and each object is rewritten a logarithmic number of times
-over the repository's life, so the cost per job stays flat. Packs with a `.keep` file are never merged.
+over the repository's life, so the cost per job stays flat. Packs with a `.keep` file and packs above
+MERGE_MAX_PACK_BYTES are never merged, and one merge rewrites at most MERGE_MAX_BYTES of packs.
 
 Nothing is ever lost to a crash: the merged pack is written whole (its data, then its index) and renamed into place
 before the packs it replaces are removed, and an object is never deleted before the pack holding it is in place. What
@@ -35,6 +36,13 @@ from job_worker.jobs.git.object_sizes import inflating, stored_size
 PACK_LIMIT = 10
 # More folders of loose objects than this in a cache (of 256 possible) and its loose objects are packed.
 LOOSE_FOLDER_LIMIT = 64
+# A pack file above this is never merged: it is large enough (a first fetch, a repository's own history), and merged
+# packs are written without deltas, so rewriting it would cost a job far more than its reads save, and grow the
+# repository.
+MERGE_MAX_PACK_BYTES = 16 * 1024 * 1024
+# One merge rewrites at most this many bytes of pack files (the smallest first): a remote's owner may fill it with
+# many packs, and a merge runs in a job's time.
+MERGE_MAX_BYTES = 64 * 1024 * 1024
 _HEX = frozenset("0123456789abcdef")
 _PACK_SIDE_FILES = (".rev", ".bitmap", ".mtimes")
 
@@ -43,6 +51,7 @@ _PACK_SIDE_FILES = (".rev", ".bitmap", ".mtimes")
 class _PackFile:
     basename: str  # the path without ".pack"
     count: int  # of objects, from its index's header
+    size: int  # of the pack file, in bytes
 
     def objects(self, store: DiskObjectStore) -> list[ObjectID]:
         index = load_pack_index(f"{self.basename}.idx", store.object_format)
@@ -64,7 +73,8 @@ def consolidate(store: DiskObjectStore, max_object_bytes: int, *, pack_loose: bo
     if pack_files_over(Path(store.pack_dir), PACK_LIMIT):
         packs = _pack_files(store)
         if len(packs) > PACK_LIMIT:
-            rewritten = _merge(store, _geometric_rollup(packs), max_object_bytes) or rewritten
+            merged = _within_merge_bytes(_geometric_rollup(packs))
+            rewritten = (len(merged) >= 2 and _merge(store, merged, max_object_bytes)) or rewritten
     return rewritten
 
 
@@ -113,16 +123,23 @@ def _pack_loose(store: DiskObjectStore, max_object_bytes: int) -> bool:
 
 
 def _pack_files(store: DiskObjectStore) -> list[_PackFile]:
-    """The store's complete packs (a `.pack` with its `.idx`) without a `.keep` file, with their number of objects."""
+    """The store's complete packs (a `.pack` with its `.idx`) without a `.keep` file and at most MERGE_MAX_PACK_BYTES,
+    with their number of objects."""
     packs = []
     folder = Path(store.pack_dir)
     for data in sorted(folder.glob("*.pack")) if folder.is_dir() else []:
         basename = str(data)[: -len(".pack")]
         if not Path(f"{basename}.idx").exists() or Path(f"{basename}.keep").exists():
             continue
+        try:
+            size = data.stat().st_size
+        except OSError:
+            continue  # removed meanwhile
+        if size > MERGE_MAX_PACK_BYTES:
+            continue
         index = load_pack_index(f"{basename}.idx", store.object_format)
         try:
-            packs.append(_PackFile(basename, len(index)))
+            packs.append(_PackFile(basename, len(index), size))
         finally:
             index.close()
     return packs
@@ -137,6 +154,18 @@ def _geometric_rollup(packs: list[_PackFile]) -> list[_PackFile]:
             return ordered[:taken]
         total += pack.count
     return ordered
+
+
+def _within_merge_bytes(packs: list[_PackFile]) -> list[_PackFile]:
+    """The smallest of `packs` that take at most MERGE_MAX_BYTES together."""
+    taken: list[_PackFile] = []
+    total = 0
+    for pack in sorted(packs, key=lambda pack: pack.size):
+        if total + pack.size > MERGE_MAX_BYTES:
+            break
+        taken.append(pack)
+        total += pack.size
+    return taken
 
 
 def _merge(store: DiskObjectStore, packs: list[_PackFile], max_object_bytes: int) -> bool:
