@@ -2,9 +2,10 @@
 a large repository, beside `git clone` + `git am` + `git push` of the same patch measured in the same run.
 
 A job's cost must not grow with the jobs before it: its trailer lookup walks only the commits above the cache's index,
-its push sends only the new commit's objects, and the remote and the cache are kept to few packs. The baseline is the
-same run without those (the whole branch walked for the trailer, dulwich's own `generate_pack_data` for the push,
-packs never merged), as the worker did before; it is run only up to BASELINE_JOBS jobs, as it slows down with each.
+its push sends only the new commit's objects (written loose into a file-system remote, as git's receive-pack does),
+and the cache is kept to few packs. The baseline is the same run without those (the whole branch walked for the
+trailer, dulwich's own `generate_pack_data` for the push, a pack per push, the cache's packs never merged), as the
+worker did before; it is run only up to BASELINE_JOBS jobs, as it slows down with each.
 
 Every job adds a file of its own, spread over FOLDERS folders, so the tree a job rewrites stays about the same size:
 a folder that grows by one file per job costs git and the worker alike, and is not what is measured here.
@@ -89,7 +90,8 @@ def _timed_job(store: Any, n: int, workspace_id: str = "ws-1") -> float:
 @contextlib.contextmanager
 def _before_the_fixes() -> Iterator[None]:
     """The worker as it was: the whole branch walked for every trailer lookup, dulwich's own pack generation for the
-    push (its walk of everything the remote advertises, its search of every pack for deltas), no packs merged."""
+    push (its walk of everything the remote advertises, its search of every pack for deltas), a pack per push, no
+    packs merged."""
     from dulwich.object_store import MissingObjectFinder
 
     from job_worker.jobs.git import branch, cache, trailer_index, transport
@@ -106,7 +108,7 @@ def _before_the_fixes() -> Iterator[None]:
     replaced = [
         (branch, "indexed_job_commits", whole_branch),
         (transport, "objects_to_send", dulwich_objects),
-        (transport, "consolidate", no_merge),
+        (transport, "UNPACK_LIMIT", 0),  # a pack per push, as dulwich's receive writes it
         (cache, "consolidate", no_merge),
     ]
     saved = [(module, name, getattr(module, name)) for module, name, _ in replaced]
@@ -146,8 +148,8 @@ def _growth_figures(root: Path, quick: bool) -> list[Figure]:
     baselines = {point: _at(before, point, window) for point in points if point <= baseline_jobs}
     note = (
         f"one workspace on a file-system remote, one process; median of {window} jobs around each point; baseline: "
-        f"the same run without the trailer index, the push's own object walk and pack merging (run to job "
-        f"{baseline_jobs}: at job {baseline_jobs} it takes {_at(before, baseline_jobs, window):.1f} ms)"
+        f"the same run without the trailer index, the push's own object walk, loose pushes and pack merging (run to "
+        f"job {baseline_jobs}: at job {baseline_jobs} it takes {_at(before, baseline_jobs, window):.1f} ms)"
     )
     figures = [
         Figure(

@@ -5,9 +5,7 @@ MAX_BLOB_BYTES.
 
 from __future__ import annotations
 
-import fcntl
 import subprocess
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,9 +19,8 @@ from dulwich.repo import Repo
 from job_worker.jobs import apply_patch
 from job_worker.jobs.git import consolidation
 from job_worker.jobs.git.consolidation import LOOSE_FOLDER_LIMIT, PACK_LIMIT, consolidate
-from job_worker.jobs.git.transport import LOCAL_PUSH_TURN
 from job_worker.jobs.git_workspace import GitWorkspace, GitWorkspaceStore
-from tests.git.conftest import apply_patch_job, diff, remote_ref
+from tests.git.conftest import apply_patch_job, diff
 from tests.git.test_git_workspace import branch_job_ids, context
 
 StoreFactory = Callable[..., GitWorkspaceStore]
@@ -53,12 +50,16 @@ def _fsck(repository: Path) -> None:
     assert checked.returncode == 0, checked.stdout + checked.stderr
 
 
-def test_a_local_remote_keeps_few_packs_and_every_object(remote: Path, make_store: StoreFactory) -> None:
+def test_pushes_to_a_local_remote_add_no_pack_and_leave_its_packs_alone(remote: Path, make_store: StoreFactory) -> None:
+    # Given a remote whose owner's packs must never be read or rewritten by a push
+    packs_before = {name: (remote / "objects" / "pack" / name).stat().st_mtime_ns for name in _packs(remote)}
     workspace = make_store().open("ws-1")
 
     _apply(workspace, range(1, 3 * PACK_LIMIT + 1))
 
-    assert len(_packs(remote)) <= PACK_LIMIT
+    # Then each push's few objects are loose (as git's receive.unpackLimit keeps them): no pack was added or touched
+    assert {name: (remote / "objects" / "pack" / name).stat().st_mtime_ns for name in _packs(remote)} == packs_before
+    assert _loose_folders(remote) > 0
     _fsck(remote)
     assert branch_job_ids(remote) == [f"job-{n}" for n in range(1, 3 * PACK_LIMIT + 1)]
     # and a cold worker still reads all of it
@@ -74,24 +75,6 @@ def test_a_cache_keeps_few_packs_and_few_loose_objects(make_store: StoreFactory)
     assert len(_packs(workspace.cache_path)) <= PACK_LIMIT
     _fsck(workspace.cache_path)
     assert len(workspace.history()) == 3 * LOOSE_FOLDER_LIMIT // 2 - 1
-
-
-def test_a_remote_in_use_by_another_worker_is_merged_by_a_later_push(remote: Path, make_store: StoreFactory) -> None:
-    workspace = make_store().open("ws-1")
-    # Given another worker fetching from or pushing to the remote all along (its turn held shared)
-    with (remote / LOCAL_PUSH_TURN).open("a") as turn:
-        fcntl.flock(turn, fcntl.LOCK_SH)
-        try:
-            _apply(workspace, range(1, PACK_LIMIT + 3))
-            # Then no pack is removed under it
-            assert len(_packs(remote)) > PACK_LIMIT
-        finally:
-            fcntl.flock(turn, fcntl.LOCK_UN)
-
-    # When it is done, the next push merges them
-    _apply(workspace, range(PACK_LIMIT + 3, PACK_LIMIT + 4))
-    assert len(_packs(remote)) <= PACK_LIMIT
-    _fsck(remote)
 
 
 def _small_packs(path: Path, count: int, *, big_blob_bytes: int = 0) -> Repo:
@@ -209,27 +192,6 @@ def test_a_merge_killed_before_it_removed_the_old_packs_loses_nothing(
         consolidate(store, 1024, pack_loose=False)
         assert set(reopened.object_store) == shas
     assert len(_packs(path)) <= PACK_LIMIT
-
-
-def test_a_fetch_from_a_local_remote_waits_while_its_packs_are_merged(remote: Path, make_store: StoreFactory) -> None:
-    # Given a worker merging the remote's packs (its turn held exclusively)
-    _apply(make_store("writer").open("ws-1"), range(1, 3))
-    reader = make_store("reader").open("ws-1")
-    heads: list[str] = []
-    with (remote / LOCAL_PUSH_TURN).open("a") as turn:
-        fcntl.flock(turn, fcntl.LOCK_EX)
-        try:
-            # When another worker fetches, it waits for the merge to end (no pack is removed under its reads)
-            fetching = threading.Thread(target=lambda: heads.append(reader.head()))
-            fetching.start()
-            fetching.join(timeout=0.5)
-            assert fetching.is_alive()
-        finally:
-            fcntl.flock(turn, fcntl.LOCK_UN)
-    fetching.join(timeout=30)
-
-    # Then it fetches once the merge is over
-    assert heads == [remote_ref(remote, "agent/ws-1")]
 
 
 def test_a_repository_below_the_limits_is_only_listed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -13,6 +13,7 @@ again by its next job.
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import shutil
 import tempfile
@@ -26,6 +27,9 @@ from dulwich.repo import Repo
 from agent_jobs.settings import DEFAULT_MAX_BLOB_BYTES
 from job_worker.jobs.git.consolidation import consolidate
 from job_worker.jobs.git.object_sizes import large_object_scope
+
+# The standard library's logger: Powertools' Logger of the function handles its records in Lambda.
+logger = logging.getLogger(__name__)
 
 
 @contextmanager
@@ -54,8 +58,7 @@ def open_cache(
                 _clear_stale_locks(cache_path)
                 with closing(Repo(str(cache_path))) as repo, large_object_scope():
                     yield repo
-                    assert isinstance(repo.object_store, DiskObjectStore)
-                    consolidate(repo.object_store, max_object_bytes, pack_loose=True)
+                    _consolidate(repo, max_object_bytes)
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
     finally:
@@ -63,6 +66,16 @@ def open_cache(
         # jobs must not leave /tmp over its budget, or every later job of any tenant would fail to fetch.
         if after_use is not None:
             after_use()
+
+
+def _consolidate(repo: Repo, max_object_bytes: int) -> None:
+    """Keep the cache to few packs (`jobs.git.consolidation`), after a use that succeeded. Best effort: the job's work
+    is done, and a merge that fails (a full disk) leaves every object where it was."""
+    assert isinstance(repo.object_store, DiskObjectStore)
+    try:
+        consolidate(repo.object_store, max_object_bytes, pack_loose=True)
+    except Exception:
+        logger.warning("could not merge the packs of the cache %s; it is merged after a later use", repo.path)
 
 
 def _clear_stale_locks(cache_path: Path) -> None:

@@ -1,11 +1,12 @@
-"""Few packs in a repository the worker writes: a workspace's cache, and a remote on this machine's file system.
+"""Few packs in a workspace's cache.
 
-Every push to a local remote and every fetch into a cache adds a pack, and every object read looks through each pack's
-index: after a few hundred jobs a push spent most of its time opening the indexes of hundreds of packs. git keeps this
-in check with `gc.autoPackLimit` (receive-pack runs `git gc --auto` after a push); dulwich does not. So after a push
-(`jobs.git.transport`) and at the end of each use of a cache (`jobs.git.cache`), a repository holding more than
-PACK_LIMIT packs has its smaller packs merged into one, and a cache holding more than a few dozen loose objects (each
-job's own commit is written loose) has them packed.
+Every fetch into a cache adds a pack, and every object read looks through each pack's index: after a few hundred jobs a
+job spent most of its time opening the indexes of hundreds of packs. git keeps this in check with `gc.autoPackLimit`
+(`git gc --auto`); dulwich does not. So at the end of each use of a cache (`jobs.git.cache`), a cache holding more
+than PACK_LIMIT packs has its smaller packs merged into one, and one holding more than a few dozen loose objects (each
+job's own commit is written loose) has them packed. A remote's packs are never merged here: a push to a local remote
+writes its few objects loose, as git's receive-pack does (`jobs.git.transport`), and what its owner keeps there is
+never read or rewritten by a push.
 
 Which packs are merged follows git's geometric repacking: packs ordered by their number of objects, the smallest are
 merged until the next one holds at least twice what the merged ones do. A large pack (the first fetch of a big
@@ -16,7 +17,7 @@ MERGE_MAX_PACK_BYTES are never merged, and one merge rewrites at most MERGE_MAX_
 Nothing is ever lost to a crash: the merged pack is written whole (its data, then its index) and renamed into place
 before the packs it replaces are removed, and an object is never deleted before the pack holding it is in place. What
 a crash leaves is at worst the same objects in two packs, merged away the next time. Objects above MAX_BLOB_BYTES are
-never inflated: a repository holding one (a remote's owner may push anything) is left as it is.
+never inflated: a cache holding one is left as it is.
 """
 
 from __future__ import annotations
@@ -40,8 +41,7 @@ LOOSE_FOLDER_LIMIT = 64
 # packs are written without deltas, so rewriting it would cost a job far more than its reads save, and grow the
 # repository.
 MERGE_MAX_PACK_BYTES = 16 * 1024 * 1024
-# One merge rewrites at most this many bytes of pack files (the smallest first): a remote's owner may fill it with
-# many packs, and a merge runs in a job's time.
+# One merge rewrites at most this many bytes of pack files (the smallest first): a merge runs in a job's time.
 MERGE_MAX_BYTES = 64 * 1024 * 1024
 _HEX = frozenset("0123456789abcdef")
 _PACK_SIDE_FILES = (".rev", ".bitmap", ".mtimes")

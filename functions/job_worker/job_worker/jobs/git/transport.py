@@ -26,8 +26,7 @@ from pathlib import Path
 
 from dulwich.client import LocalGitClient, get_transport_and_path
 from dulwich.file import FileLocked
-from dulwich.object_store import DiskObjectStore
-from dulwich.objects import ObjectID
+from dulwich.objects import ObjectID, ShaFile
 from dulwich.pack import UnpackedObject, generate_unpacked_objects
 from dulwich.refs import Ref
 from dulwich.repo import Repo
@@ -35,7 +34,6 @@ from dulwich.repo import Repo
 from job_worker.jobs.errors import PermanentJobError, RetryableJobError
 from job_worker.jobs.git.bounded_fetch import PackGuard, SizeCheckingLocalClient
 from job_worker.jobs.git.confinement import local_remote_escape
-from job_worker.jobs.git.consolidation import PACK_LIMIT, consolidate, pack_files_over
 from job_worker.jobs.git.new_objects import objects_to_send
 from job_worker.jobs.git.remote import GitRemote
 from job_worker.jobs.limits import GitLimits
@@ -43,8 +41,10 @@ from job_worker.jobs.limits import GitLimits
 # A remote on this machine's file system (a path or file:// URL) is written by the pushing worker itself. Every push
 # to it and every fetch from it holds this file of the remote shared (an flock, which dies with its process), so that
 # a ref's git lock file found while the file is held exclusively was left by a writer killed mid-update, never by a
-# live one, and so that packs are merged (`_consolidate_local`) only while no worker reads or writes them.
+# live one.
 LOCAL_PUSH_TURN = "agent-jobs-push.flock"
+# A push to a local remote of fewer objects than this is written loose, as git's receive.unpackLimit (100) does.
+UNPACK_LIMIT = 100
 # How long a push waits for the live pushes of a local remote to end before it takes a ref's lock file for a live one.
 STALE_REF_LOCK_WAIT_SECONDS = 5.0
 
@@ -113,23 +113,7 @@ class RemoteTransport:
                 raise _RemoteRefusedError
             return {ref: new}
 
-        def pack_data(
-            have: Set[ObjectID],
-            want: Set[ObjectID],
-            *,
-            ofs_delta: bool = False,
-            progress: Callable[[bytes], None] | None = None,
-        ) -> tuple[int, Iterator[UnpackedObject]]:
-            # Only what the new commits change (`jobs.git.new_objects`), not dulwich's walk of the whole history.
-            object_ids = objects_to_send(repo.object_store, have, want)
-            # Whole objects: dulwich's search for deltas to reuse reads every object of every pack of the cache.
-            return len(object_ids), generate_unpacked_objects(
-                repo.object_store,
-                [(sha, None) for sha in object_ids],
-                reuse_deltas=False,
-                ofs_delta=ofs_delta,
-                progress=progress,
-            )
+        pack_data = self._pack_data(repo)
 
         for first_try in (True, False):
             try:
@@ -145,7 +129,6 @@ class RemoteTransport:
                     return False
         status = (result.ref_status or {}).get(ref)
         if status is None:
-            self._consolidate_local()
             return True
         # Refused after the check: a compare-and-swap lost in the remote, or a rule of the remote (protected branch,
         # hook). Only the first is a moved head; the second must not be retried as if it were.
@@ -154,6 +137,36 @@ class RemoteTransport:
         if not still_expected(current):
             return False
         raise RetryableJobError(f"{self.remote.display_url} refused to update {ref.decode()}: {status}")
+
+    def _pack_data(self, repo: Repo) -> Callable[..., tuple[int, Iterator[UnpackedObject]]]:
+        """What a push sends: dulwich's `generate_pack_data` callback, over the cache `repo`."""
+
+        def pack_data(
+            have: Set[ObjectID],
+            want: Set[ObjectID],
+            *,
+            ofs_delta: bool = False,
+            progress: Callable[[bytes], None] | None = None,
+        ) -> tuple[int, Iterator[UnpackedObject]]:
+            # Only what the new commits change (`jobs.git.new_objects`), not dulwich's walk of the whole history.
+            object_ids = objects_to_send(repo.object_store, have, want)
+            root = self.local_root()
+            if root is not None and len(object_ids) < UNPACK_LIMIT:
+                # As git's receive-pack keeps a push of fewer than receive.unpackLimit objects loose: a pack per
+                # push would make every later read of the remote look through one more pack index. Written here,
+                # before the ref moves; the remote's own packs are never read or rewritten.
+                _write_loose(root, [repo.object_store[sha] for sha in object_ids])
+                return 0, iter([])
+            # Whole objects: dulwich's search for deltas to reuse reads every object of every pack of the cache.
+            return len(object_ids), generate_unpacked_objects(
+                repo.object_store,
+                [(sha, None) for sha in object_ids],
+                reuse_deltas=False,
+                ofs_delta=ofs_delta,
+                progress=progress,
+            )
+
+        return pack_data
 
     def local_root(self) -> Path | None:
         return Path(os.fsdecode(self._path)) if isinstance(self.client, LocalGitClient) else None
@@ -175,7 +188,7 @@ class RemoteTransport:
     @contextmanager
     def _using_local(self) -> Iterator[None]:
         """A push to or a fetch from a local remote holds its LOCAL_PUSH_TURN shared (they run at once; the remote's
-        own compare-and-swap orders the pushes), so that no pack is removed under them (`_consolidate_local`)."""
+        own compare-and-swap orders the pushes)."""
         root = self.local_root()
         if root is None:
             yield
@@ -184,25 +197,6 @@ class RemoteTransport:
             fcntl.flock(turn, fcntl.LOCK_SH)
             try:
                 yield
-            finally:
-                fcntl.flock(turn, fcntl.LOCK_UN)
-
-    def _consolidate_local(self) -> None:
-        """After a push to a local remote: merge its smaller packs when it holds too many (`jobs.git.consolidation`),
-        as git's receive-pack runs `git gc --auto`. Only while no other worker pushes to it or fetches from it (its
-        LOCAL_PUSH_TURN taken exclusively, without waiting): otherwise a later push does it."""
-        root = self.local_root()
-        if root is None or not pack_files_over(root / "objects" / "pack", PACK_LIMIT):
-            return
-        with (root / LOCAL_PUSH_TURN).open("a") as turn:
-            try:
-                fcntl.flock(turn, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return
-            try:
-                with closing(Repo(str(root))) as remote:
-                    assert isinstance(remote.object_store, DiskObjectStore)
-                    consolidate(remote.object_store, self.limits.max_blob_bytes, pack_loose=False)
             finally:
                 fcntl.flock(turn, fcntl.LOCK_UN)
 
@@ -231,3 +225,10 @@ class RemoteTransport:
                 return True
             finally:
                 fcntl.flock(turn, fcntl.LOCK_UN)
+
+
+def _write_loose(root: Path, objects: Sequence[ShaFile]) -> None:
+    """Write `objects` into the local remote at `root` as loose objects (each written aside and renamed into place)."""
+    with closing(Repo(str(root))) as remote:
+        for obj in objects:
+            remote.object_store.add_object(obj)
