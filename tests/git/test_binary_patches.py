@@ -166,7 +166,7 @@ def test_a_binary_hunk_stating_a_huge_size_is_refused_before_inflating() -> None
     zeros = b"\0" * 5_000_000
     patch = _literal_patch("big.bin", None, zeros)
     parsed = parse_patch(patch, max_file_bytes=1_000_000)
-    with pytest.raises(PatchDoesNotApplyError, match="above the 1000000-byte limit of MAX_BLOB_BYTES") as refused:
+    with pytest.raises(PatchDoesNotApplyError, match="1000000 bytes in all, the limit of MAX_BLOB_BYTES") as refused:
         apply_parsed_patch(parsed, _reader({}))
     assert refused.value.path == "big.bin"
 
@@ -212,3 +212,54 @@ def test_a_binary_data_line_that_is_not_base85_is_refused() -> None:
     patch = _literal_patch("a.bin", None, b"\0data").replace(header, header + 'E"""""\n')
     with pytest.raises(PatchDoesNotApplyError, match="binary data line"):
         apply_patch_to_files(patch, _reader({}))
+
+
+def test_binary_hunks_of_one_patch_make_at_most_max_blob_bytes_in_all() -> None:
+    # Each section alone is within the limit; together they are not (a few KB of zlib could make gigabytes)
+    sections = [_literal_patch(f"zeros-{n}.bin", None, b"\0" * 400_000) for n in range(3)]
+    parsed = parse_patch("".join(sections), max_file_bytes=1_000_000)
+    with pytest.raises(PatchDoesNotApplyError, match="make more than 1000000 bytes in all") as refused:
+        apply_parsed_patch(parsed, _reader({}))
+    assert refused.value.path == "zeros-2.bin"
+    assert "MAX_BLOB_BYTES" in refused.value.reason
+    assert len(apply_parsed_patch(parse_patch("".join(sections[:2]), max_file_bytes=1_000_000), _reader({}))) == 2
+
+
+def test_copies_of_one_patch_read_their_source_once_and_make_at_most_max_blob_bytes() -> None:
+    big = b"line\n" * 100_000  # 500 KB
+    reads: list[str] = []
+
+    def read(path: str) -> bytes | None:
+        reads.append(path)
+        return big if path == "big.txt" else None
+
+    def copies(count: int) -> str:
+        return "".join(
+            f"diff --git a/big.txt b/copy-{n}.txt\nsimilarity index 100%\ncopy from big.txt\ncopy to copy-{n}.txt\n"
+            for n in range(count)
+        )
+
+    made = apply_parsed_patch(parse_patch(copies(2), max_file_bytes=1_000_000), read)
+    assert [change.content for change in made] == [big, big]
+    assert reads.count("big.txt") == 1
+    with pytest.raises(PatchDoesNotApplyError, match="make more than 1000000 bytes in all"):
+        apply_parsed_patch(parse_patch(copies(3), max_file_bytes=1_000_000), read)
+
+
+def test_a_quoted_name_with_raw_bytes_from_git_with_quote_path_off_is_applied(
+    remote: Path, make_store: Callable[..., GitWorkspaceStore], tmp_path: Path
+) -> None:
+    # git -c core.quotePath=false leaves a name's high bytes raw, and still quotes it for its tab
+    clone = tmp_path / "clone"
+    _git(tmp_path, "clone", "-q", str(remote), str(clone))
+    _write(clone, "caf\xe9\tx.txt".encode("latin-1"), b"hello\n")
+    _git(clone, "add", "-A")
+    _git(clone, "commit", "-q", "-m", "a name in Latin-1 with a tab")
+    patch = _git(clone, "-c", "core.quotePath=false", "diff", "HEAD~1", "HEAD")
+    assert b'"b/caf\xe9\\tx.txt"' in patch
+
+    apply_patch.run(apply_patch_job("job-1", patch), JobContext(make_store().open("ws-1"), lambda: 60_000))
+
+    with Repo(str(remote)) as repo:
+        tree = repo[repo[repo.refs[Ref(b"refs/heads/agent/ws-1")]].tree]  # type: ignore[attr-defined]
+    assert tree.id.decode() == _git(clone, "rev-parse", "HEAD^{tree}").decode().strip()

@@ -104,6 +104,10 @@ class ParsedPatch:
     search_window_lines: int
     max_file_bytes: int = DEFAULT_MAX_BLOB_BYTES
 
+    def binary_bytes(self) -> int:
+        """What the patch's binary hunks state they make, in all (bounded by max_file_bytes when applied)."""
+        return sum(entry.binary.size for entry in self.entries if entry.binary is not None)
+
 
 def patch_text(patch: str | bytes) -> str:
     """A patch as text: bytes that are not UTF-8 (a file in a legacy encoding) become lone surrogates, which every
@@ -162,16 +166,42 @@ def apply_parsed_patch(patch: ParsedPatch, read: Callable[[str], bytes | None]) 
             )
         return None
 
+    originals: dict[str, bytes | None] = {}
+
+    def original(path: str) -> bytes | None:
+        # A copy is of its source as it was before the patch (git diff -C writes it so; git apply reads it so), read
+        # once however many sections copy it.
+        if path not in originals:
+            originals[path] = read(path)
+        return originals[path]
+
+    # What binary hunks and copies make is not bounded by the patch's own size (a few bytes of zlib inflate to
+    # megabytes; a copy section is one line): all of it together stays within one file's limit, MAX_BLOB_BYTES.
+    made = 0
     changes: list[FileChange] = []
     for entry in patch.entries:
-        # A copy is of its source as it was before the patch (git diff -C writes it so; git apply reads it so).
-        source = read if entry.copy else current
+        if entry.binary is not None:
+            made = _within_made_bytes(entry, made + entry.binary.size, patch.max_file_bytes)
+        source = original if entry.copy else current
         change = _apply_entry(entry, current, source, patch.search_window_lines, patch.max_file_bytes)
+        if entry.copy:
+            made = _within_made_bytes(entry, made + len(change.content or b""), patch.max_file_bytes)
         if change.old_path is not None:
             overlay[change.old_path] = None
         overlay[change.path] = change.content
         changes.append(change)
     return changes
+
+
+def _within_made_bytes(entry: _FileEntry, made: int, limit: int) -> int:
+    if made > limit:
+        raise PatchDoesNotApplyError(
+            entry.new_path or entry.old_path or PATCH_AS_A_WHOLE,
+            None,
+            f"the patch's binary hunks and copies make more than {limit} bytes in all, the limit of MAX_BLOB_BYTES: "
+            "split the change into several apply_patch jobs (they run in order), or raise MAX_BLOB_BYTES",
+        )
+    return made
 
 
 def _parse(patch: str) -> list[_FileEntry]:
@@ -295,7 +325,7 @@ def _unquote(name: str) -> str:
     while index < len(body):
         char = body[index]
         if char != "\\":
-            out += char.encode()
+            out += char.encode("utf-8", errors="surrogateescape")  # git leaves bytes raw with core.quotePath=false
             index += 1
             continue
         escape = body[index + 1 : index + 2]

@@ -53,6 +53,8 @@ def patched_tree(store: BaseObjectStore, tree: ObjectID | None, patch: ParsedPat
         assert isinstance(blob, Blob)
         return blob.data
 
+    # Binary hunks inflate what they make: above LARGE_OBJECT_BYTES, in the process's turn for large objects.
+    inflating(min(patch.binary_bytes(), patch.max_file_bytes))
     changes = apply_parsed_patch(patch, read)
     modes: dict[str, int] = {}  # modes this patch gave, for a later rename of the same file
 
