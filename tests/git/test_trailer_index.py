@@ -14,6 +14,7 @@ from dulwich.refs import Ref
 from dulwich.repo import Repo
 
 from job_worker.jobs import apply_patch
+from job_worker.jobs.git.commits import new_commit
 from job_worker.jobs.git.trailer_index import INDEX_FILE
 from job_worker.jobs.git_workspace import GitWorkspace, GitWorkspaceStore
 from tests.git.conftest import BASE_BRANCH, SEED_FILES, apply_patch_job, commit_files, remote_ref
@@ -156,3 +157,34 @@ def test_an_index_that_names_the_wrong_commit_for_a_job_is_walked_again(remote: 
     # Then job-1 is found as its own commit
     assert workspace.find_commit("job-1") == history[0]
     assert _apply(workspace, 1)["commit"] == history[0].sha
+
+
+def test_a_commit_whose_trailer_names_no_job_breaks_neither_the_lookup_nor_the_index(
+    remote: Path, make_store: StoreFactory
+) -> None:
+    # Given commits pushed onto the branch by hand whose trailer is not a jobId (not ASCII; a slash)
+    workspace = _warm(make_store, 2)
+    with Repo(str(remote)) as repo:
+        ref = Ref(f"refs/heads/{BRANCH}".encode())
+        for value in ("café", "a/b"):
+            head = repo[repo.refs[ref]]
+            commit = new_commit(
+                head.tree,  # type: ignore[attr-defined]
+                parents=[head.id],
+                message=f"by hand\n\nAgent-Job-Id: {value}\n",
+                author="Someone <someone@example.com>",
+            )
+            repo.object_store.add_object(commit)
+            repo.refs[ref] = commit.id
+
+    # When the next jobs run (and one is delivered again)
+    assert _apply(workspace, 3)["alreadyApplied"] is False
+    assert _apply(workspace, 1)["alreadyApplied"] is True
+
+    # Then the index is written and read again: the next lookup walks only what is new
+    from job_worker.jobs.git import trailer_index
+
+    with Repo(str(workspace.cache_path)) as cache:
+        base = cache.refs[Ref(f"refs/heads/{BASE_BRANCH}".encode())]
+    assert trailer_index._read(workspace.cache_path / INDEX_FILE, Ref(f"refs/heads/{BRANCH}".encode()), base)
+    assert branch_job_ids(remote) == ["job-1", "job-2", "<no trailer>", "<no trailer>", "job-3"]

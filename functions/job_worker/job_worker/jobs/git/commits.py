@@ -23,6 +23,7 @@ TEST_RESULT_FILE = b"result.json"
 
 IDENTITY = re.compile(r"^[^<>\n]+ <[^<>\n]+>$")
 SHA = re.compile(r"^[0-9a-f]{40}$")
+_MAX_JOB_ID = 64  # JobId's max_length
 _TRAILER = re.compile(rb"^" + re.escape(JOB_TRAILER.encode()) + rb":[ \t]*(\S+)[ \t]*$", re.MULTILINE)
 
 
@@ -42,7 +43,12 @@ def job_id_of(message: bytes) -> str | None:
     """The jobId of the `Agent-Job-Id` trailer, which must be in the message's last paragraph (its trailer block)."""
     trailer_block = message.rstrip().rsplit(b"\n\n", 1)[-1]
     found = _TRAILER.findall(trailer_block)
-    return found[-1].decode() if found else None
+    if not found:
+        return None
+    # Any text may follow the trailer in a commit someone else pushed, but a job's id is always a valid jobId: a value
+    # that is not one (not ASCII, a slash) names no job, and must not break the branch's index of job commits.
+    job_id = found[-1].decode("ascii", errors="replace")
+    return job_id if re.fullmatch(ID_PATTERN, job_id) and len(job_id) <= _MAX_JOB_ID else None
 
 
 def result_ref(job_id: str, head: str) -> Ref:
