@@ -144,10 +144,14 @@ def _payload(
         except OSError as error:
             raise CliError(f"cannot read the patch {patch_file}: {error}") from None
         try:
-            return {"patch": diff.decode("utf-8"), "commitMessage": message}
+            text = diff.decode("utf-8")
         except UnicodeDecodeError:
-            # Bytes that are not UTF-8 (a file in a legacy encoding) cannot be JSON text: sent as base64.
-            return {"patch": base64.b64encode(diff).decode(), "patchEncoding": "base64", "commitMessage": message}
+            text = None
+        if text is not None and "\ufffe" not in text and "\uffff" not in text:
+            return {"patch": text, "commitMessage": message}
+        # Bytes that are not UTF-8 (a file in a legacy encoding) cannot be JSON text, and U+FFFE and U+FFFF cannot be
+        # in a queue message: sent as base64.
+        return {"patch": base64.b64encode(diff).decode(), "patchEncoding": "base64", "commitMessage": message}
     if job_type == JobType.RUN_TESTS:
         return {"suite": suite}
     if job_type == JobType.OPEN_PR:

@@ -3,11 +3,13 @@ can cause. The DLQ commands are in test_dlq.py."""
 
 from __future__ import annotations
 
+import base64
 import json
 import subprocess
 from pathlib import Path
 
 import boto3
+import pytest
 from dulwich.repo import Repo
 
 from agent_jobs.guard import JobGuard, ResumeOutcome
@@ -266,6 +268,38 @@ def test_cli_build_job_generates_a_job_id_and_validates_with_the_layer_model(tmp
     assert job["type"] == "run_tests"
     assert job["payload"] == {"suite": "unit"}
     assert job["jobId"].startswith("job-")
+
+
+@pytest.mark.parametrize(
+    ("diff", "encoding"),
+    [
+        (b"--- a/f\n+++ b/f\n@@ -0,0 +1 @@\n+caf\xc3\xa9\n", None),  # UTF-8: sent as text
+        (b"--- a/f\n+++ b/f\n@@ -0,0 +1 @@\n+caf\xe9\n", "base64"),  # Latin-1
+        ("--- a/f\n+++ b/f\n@@ -0,0 +1 @@\n+\uffff\n".encode(), "base64"),  # UTF-8 that SQS cannot carry as text
+    ],
+    ids=["utf-8", "latin-1", "u+ffff"],
+)
+def test_cli_build_job_sends_a_diff_that_cannot_be_json_text_as_base64(
+    tmp_path: Path, diff: bytes, encoding: str | None
+) -> None:
+    patch_file = tmp_path / "change.diff"
+    patch_file.write_bytes(diff)
+
+    job = build_job(
+        "apply_patch",
+        "ws-1",
+        file=None,
+        job_id="job-1",
+        patch_file=patch_file,
+        message="m",
+        suite="default",
+        title=None,
+        body="",
+    )
+
+    assert job["payload"].get("patchEncoding") == encoding
+    sent = base64.b64decode(job["payload"]["patch"]) if encoding else job["payload"]["patch"].encode()
+    assert sent == diff
 
 
 def test_cli_status_workspace_shows_the_next_command_for_a_halted_workspace(cli: CliHarness):
