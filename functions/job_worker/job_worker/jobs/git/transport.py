@@ -39,7 +39,7 @@ from job_worker.jobs.git.remote import GitRemote
 from job_worker.jobs.limits import GitLimits
 
 # A remote on this machine's file system (a path or file:// URL) is written by the pushing worker itself. Every push
-# to it and every fetch from it holds this file of the remote shared (an flock, which dies with its process), so that
+# to it holds this file of the remote shared (an flock, which dies with its process), so that
 # a ref's git lock file found while the file is held exclusively was left by a writer killed mid-update, never by a
 # live one.
 LOCAL_PUSH_TURN = "agent-jobs-push.flock"
@@ -83,7 +83,7 @@ class RemoteTransport:
         # As dulwich's GitClient.fetch does, but the pack goes through PackGuard on its way to a file that the
         # system removes even if this process dies, and a local remote is read through its size-checking client.
         client = SizeCheckingLocalClient(self.limits, self.remote.display_url) if self.local_root() else self.client
-        with tempfile.TemporaryFile(dir=repo.object_store.path, prefix="incoming-") as pack, self._using_local():
+        with tempfile.TemporaryFile(dir=repo.object_store.path, prefix="incoming-") as pack:
             guard = PackGuard(pack, self.limits, self.remote.display_url)
             client.fetch_pack(self._path, wants, repo.get_graph_walker(), guard.receive, ref_prefix=list(wanted))
             guard.finish()
@@ -117,7 +117,7 @@ class RemoteTransport:
 
         for first_try in (True, False):
             try:
-                with self._using_local():
+                with self._pushing():
                     result = self.client.send_pack(self._path, update_refs, generate_pack_data=pack_data)
                 break
             except _RemoteRefusedError:
@@ -186,9 +186,9 @@ class RemoteTransport:
             )
 
     @contextmanager
-    def _using_local(self) -> Iterator[None]:
-        """A push to or a fetch from a local remote holds its LOCAL_PUSH_TURN shared (they run at once; the remote's
-        own compare-and-swap orders the pushes)."""
+    def _pushing(self) -> Iterator[None]:
+        """A push to a local remote holds its LOCAL_PUSH_TURN shared (pushes run at once; the remote's own
+        compare-and-swap orders them)."""
         root = self.local_root()
         if root is None:
             yield
