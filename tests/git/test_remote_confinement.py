@@ -15,9 +15,11 @@ import pytest
 from dulwich.objects import Blob
 from dulwich.repo import Repo
 
+from job_worker.jobs import apply_patch
+from job_worker.jobs.context import JobContext
 from job_worker.jobs.errors import PermanentJobError
 from job_worker.jobs.git_workspace import GitRemote, GitWorkspaceStore
-from tests.git.conftest import BASE_BRANCH, commit_files
+from tests.git.conftest import BASE_BRANCH, apply_patch_job, commit_files
 
 SECRET = b"acme's signing key\n"
 
@@ -147,3 +149,31 @@ def test_without_a_confining_root_a_local_remote_is_read_as_it_is(remotes: Path,
     workspace.checkout(workspace.head(), tmp_path / "checkout")
     assert (tmp_path / "checkout" / "key.pem").read_bytes() == SECRET
     assert os.path.isdir(remotes / "acme")
+
+
+def test_a_push_into_object_folders_linked_to_another_tenants_store_is_refused_and_writes_nothing(
+    remotes: Path, tmp_path: Path
+) -> None:
+    # Given mallory's workspace with a warm cache (its next job pushes without fetching: its objects go loose into
+    # the remote's objects/<xx>/ folders)
+    remote = mallory_remote(remotes)
+    commit_files(remote, BASE_BRANCH, {"README.md": b"mine\n"}, "mine\n")
+    workspace = store_for(remote, remotes, tmp_path).open("ws-m")
+    patch = "--- /dev/null\n+++ b/a.txt\n@@ -0,0 +1 @@\n+a\n"
+    apply_patch.run(apply_patch_job("job-1", patch, workspace_id="ws-m"), JobContext(workspace, lambda: 60_000))
+    # and every loose-object folder of the remote made a link into acme's object store
+    acme_objects = victim(remotes) / "objects"
+    for prefix in (f"{n:02x}" for n in range(256)):
+        folder = remote / "objects" / prefix
+        shutil.rmtree(folder, ignore_errors=True)
+        (acme_objects / prefix).mkdir(exist_ok=True)
+        folder.symlink_to(acme_objects / prefix)
+    acme_before = sorted(str(path) for path in acme_objects.rglob("*"))
+
+    # When its next job pushes
+    patch = "--- /dev/null\n+++ b/b.txt\n@@ -0,0 +1 @@\n+b\n"
+    with pytest.raises(PermanentJobError, match="reaches outside"):
+        apply_patch.run(apply_patch_job("job-2", patch, workspace_id="ws-m"), JobContext(workspace, lambda: 60_000))
+
+    # Then nothing of mallory's was written into acme's store
+    assert sorted(str(path) for path in acme_objects.rglob("*")) == acme_before
