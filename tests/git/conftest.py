@@ -140,3 +140,32 @@ def real_git(cwd: Path, *args: str) -> bytes:
         "GIT_COMMITTER_EMAIL": "agent@example.com",
     }
     return subprocess.run(["git", *args], cwd=cwd, env=environment, capture_output=True, check=True).stdout
+
+
+def committed_change(
+    remote: Path,
+    tmp_path: Path,
+    prepare: Callable[[Path], object] | None,
+    change: Callable[[Path], object],
+    message: str,
+) -> Path:
+    """A clone of `remote` where `prepare` (when given) was committed and pushed to the base branch, then `change` was
+    committed after it (every file as the steps left it): `git diff HEAD~1` or `git format-patch -1` is the change."""
+    clone = tmp_path / "clone"
+    real_git(tmp_path, "clone", "-q", str(remote), str(clone))
+    if prepare is not None:
+        prepare(clone)
+        real_git(clone, "add", "-A")
+        real_git(clone, "commit", "-q", "-m", "base")
+        real_git(clone, "push", "-q", "origin", BASE_BRANCH)
+    change(clone)
+    real_git(clone, "add", "-A")
+    real_git(clone, "commit", "-q", "-m", message)
+    return clone
+
+
+def branch_tree_id(remote: Path, branch: str = "agent/ws-1") -> str:
+    """The tree id of `branch`'s commit in `remote`, read with dulwich."""
+    with Repo(str(remote)) as repo:
+        commit = repo[repo.refs[Ref(f"refs/heads/{branch}".encode())]]
+        return repo[commit.tree].id.decode()  # type: ignore[attr-defined]

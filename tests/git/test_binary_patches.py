@@ -11,15 +11,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from dulwich.refs import Ref
-from dulwich.repo import Repo
 
 from job_worker.jobs import apply_patch
 from job_worker.jobs.binary_patches import blob_id
 from job_worker.jobs.context import JobContext
 from job_worker.jobs.git_workspace import GitWorkspaceStore
 from job_worker.jobs.patching import PatchDoesNotApplyError, apply_parsed_patch, apply_patch_to_files, parse_patch
-from tests.git.conftest import BASE_BRANCH, apply_patch_job, real_git
+from tests.git.conftest import apply_patch_job, branch_tree_id, committed_change, real_git
 
 pytestmark = pytest.mark.skipif(
     subprocess.run(["git", "--version"], capture_output=True, check=False).returncode != 0,
@@ -81,17 +79,7 @@ def test_a_binary_or_not_utf8_patch_sent_as_base64_is_applied_as_git_applies_it(
     case: str, exported: str, remote: Path, make_store: Callable[..., GitWorkspaceStore], tmp_path: Path
 ) -> None:
     # Given a clone of the workspace's remote, the case's base on main, and the agent's change committed by git
-    clone = tmp_path / "clone"
-    _git(tmp_path, "clone", "-q", str(remote), str(clone))
-    prepare, change = CASES[case]
-    if prepare is not None:
-        prepare(clone)
-        _git(clone, "add", "-A")
-        _git(clone, "commit", "-q", "-m", "base")
-        _git(clone, "push", "-q", "origin", BASE_BRANCH)
-    change(clone)
-    _git(clone, "add", "-A")
-    _git(clone, "commit", "-q", "-m", case)
+    clone = committed_change(remote, tmp_path, *CASES[case], message=case)
     patch = _git(clone, *FORMATS[exported])
 
     # When the worker runs it as an apply_patch job whose patch is base64 (patchEncoding base64)
@@ -101,10 +89,7 @@ def test_a_binary_or_not_utf8_patch_sent_as_base64_is_applied_as_git_applies_it(
 
     # Then the branch's tree is git's, to the tree id
     assert result["alreadyApplied"] is False
-    with Repo(str(remote)) as repo:
-        head = repo.refs[Ref(b"refs/heads/agent/ws-1")]
-        tree = repo[repo[head].tree].id.decode()  # type: ignore[attr-defined]
-    assert tree == _git(clone, "rev-parse", "HEAD^{tree}").decode().strip()
+    assert branch_tree_id(remote) == _git(clone, "rev-parse", "HEAD^{tree}").decode().strip()
 
 
 # -- hostile or stale binary hunks --------------------------------------------------------------------------------
@@ -250,16 +235,16 @@ def test_a_quoted_name_with_raw_bytes_from_git_with_quote_path_off_is_applied(
     remote: Path, make_store: Callable[..., GitWorkspaceStore], tmp_path: Path
 ) -> None:
     # git -c core.quotePath=false leaves a name's high bytes raw, and still quotes it for its tab
-    clone = tmp_path / "clone"
-    _git(tmp_path, "clone", "-q", str(remote), str(clone))
-    _write(clone, "caf\xe9\tx.txt".encode("latin-1"), b"hello\n")
-    _git(clone, "add", "-A")
-    _git(clone, "commit", "-q", "-m", "a name in Latin-1 with a tab")
+    clone = committed_change(
+        remote,
+        tmp_path,
+        None,
+        lambda clone: _write(clone, "caf\xe9\tx.txt".encode("latin-1"), b"hello\n"),
+        message="a name in Latin-1 with a tab",
+    )
     patch = _git(clone, "-c", "core.quotePath=false", "diff", "HEAD~1", "HEAD")
     assert b'"b/caf\xe9\\tx.txt"' in patch
 
     apply_patch.run(apply_patch_job("job-1", patch), JobContext(make_store().open("ws-1"), lambda: 60_000))
 
-    with Repo(str(remote)) as repo:
-        tree = repo[repo[repo.refs[Ref(b"refs/heads/agent/ws-1")]].tree]  # type: ignore[attr-defined]
-    assert tree.id.decode() == _git(clone, "rev-parse", "HEAD^{tree}").decode().strip()
+    assert branch_tree_id(remote) == _git(clone, "rev-parse", "HEAD^{tree}").decode().strip()

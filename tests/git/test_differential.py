@@ -34,7 +34,7 @@ from hypothesis import strategies as st
 from job_worker.jobs import apply_patch
 from job_worker.jobs.context import JobContext
 from job_worker.jobs.git_workspace import GitRemote, GitWorkspaceStore
-from tests.git.conftest import apply_patch_job, real_git
+from tests.git.conftest import apply_patch_job, branch_tree_id, real_git
 
 pytestmark = pytest.mark.skipif(
     not all(shutil.which(tool) for tool in ("git", "diff", "patch")),
@@ -193,11 +193,6 @@ def _folder_files(root: Path) -> dict[str, tuple[bytes, bool]]:
     }
 
 
-def _branch_tree(remote: Path, branch: str) -> str:
-    with Repo(str(remote)) as repo:
-        return repo[repo[repo.refs[Ref(f"refs/heads/{branch}".encode())]].tree].id.decode()  # type: ignore[attr-defined]
-
-
 def _branch_files(remote: Path, branch: str) -> dict[str, tuple[bytes, bool]]:
     with Repo(str(remote)) as repo:
         tree = repo[repo.refs[Ref(f"refs/heads/{branch}".encode())]].tree  # type: ignore[attr-defined]
@@ -284,7 +279,7 @@ def test_a_git_format_patch_gives_gits_tree(exported: str, tmp_path: Path, chang
     shown = patch.decode("utf-8", errors="replace")
     assert refusal is None, f"{refusal}\n--- the patch:\n{shown}"
     assert applied == "applied"
-    assert _branch_tree(case.remote, "agent/ws") == _git(case.clone, "rev-parse", "HEAD^{tree}").strip(), shown
+    assert branch_tree_id(case.remote, "agent/ws") == _git(case.clone, "rev-parse", "HEAD^{tree}").strip(), shown
 
 
 @COMMON
@@ -308,7 +303,7 @@ def test_a_git_diff_without_its_binary_data_is_refused_as_git_apply_refuses_it(t
         return
     event("text only")
     assert refusal is None, refusal
-    assert _branch_tree(case.remote, "agent/ws") == _git(case.clone, "rev-parse", "HEAD^{tree}").strip()
+    assert branch_tree_id(case.remote, "agent/ws") == _git(case.clone, "rev-parse", "HEAD^{tree}").strip()
 
 
 def _is_utf8(data: bytes) -> bool:

@@ -9,13 +9,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from dulwich.refs import Ref
-from dulwich.repo import Repo
 
 from job_worker.jobs import apply_patch
 from job_worker.jobs.context import JobContext
 from job_worker.jobs.git_workspace import GitWorkspaceStore
-from tests.git.conftest import BASE_BRANCH, apply_patch_job, real_git
+from tests.git.conftest import apply_patch_job, branch_tree_id, committed_change, real_git
 
 pytestmark = pytest.mark.skipif(
     subprocess.run(["git", "--version"], capture_output=True, check=False).returncode != 0,
@@ -67,15 +65,7 @@ def test_a_patch_without_a_hunk_is_applied_as_git_applies_it(
     case: str, exported: str, remote: Path, make_store: Callable[..., GitWorkspaceStore], tmp_path: Path
 ) -> None:
     # Given a clone of the workspace's remote, the case's base on main, and the agent's change committed by git
-    clone = tmp_path / "clone"
-    _git(tmp_path, "clone", "-q", str(remote), str(clone))
-    prepare, change = CASES[case]
-    if prepare is not None:
-        prepare(clone)
-        _git(clone, "commit", "-q", "-m", "base")
-        _git(clone, "push", "-q", "origin", BASE_BRANCH)
-    change(clone)
-    _git(clone, "commit", "-q", "-m", case)
+    clone = committed_change(remote, tmp_path, *CASES[case], message=case)
     patch = FORMATS[exported](clone)
     body = patch[patch.index("diff --git ") :]
     assert "\n@@ " not in body
@@ -87,7 +77,4 @@ def test_a_patch_without_a_hunk_is_applied_as_git_applies_it(
 
     # Then the branch's tree is git's, to the tree id
     assert result["alreadyApplied"] is False
-    with Repo(str(remote)) as repo:
-        head = repo.refs[Ref(b"refs/heads/agent/ws-1")]
-        tree = repo[repo[head].tree].id.decode()  # type: ignore[attr-defined]
-    assert tree == _git(clone, "rev-parse", "HEAD^{tree}").strip()
+    assert branch_tree_id(remote) == _git(clone, "rev-parse", "HEAD^{tree}").strip()
