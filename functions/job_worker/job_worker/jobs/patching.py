@@ -33,7 +33,14 @@ from unidiff.patch import Hunk, PatchedFile, PatchSet
 
 from agent_jobs.patch_limits import PatchLimits, hunk_count_error, patch_bytes_error, patch_hunks_error
 from agent_jobs.settings import DEFAULT_MAX_BLOB_BYTES
-from job_worker.jobs.binary_patches import NULL_BLOB_ID, BinaryHunk, BinaryPatchError, apply_binary, binary_hunks
+from job_worker.jobs.binary_patches import (
+    BINARY_MARKER,
+    NULL_BLOB_ID,
+    BinaryHunk,
+    BinaryPatchError,
+    apply_binary,
+    binary_hunks,
+)
 from job_worker.jobs.errors import PermanentJobError
 
 REGULAR_FILE_MODE = 0o100644
@@ -213,6 +220,8 @@ def _parse(patch: str) -> list[_FileEntry]:
         raise PatchDoesNotApplyError(
             PATCH_AS_A_WHOLE, None, f"no file changes found (no '---'/'+++' headers); {_FIX_IT}"
         )
+    if BINARY_MARKER not in patch:
+        return [_file_entry(patched) for patched in patched_files]
     # unidiff keeps no binary data: each `diff --git` section's binary hunk (or None), in order, read beside it.
     lines = patch.split("\n")
     try:
