@@ -9,9 +9,9 @@ git lock file behind, and git refuses every later update of that ref. A remote o
 written by the pushing worker itself, so its pushes hold an flock (`LOCAL_PUSH_TURN`, released by the system when its
 holder dies) shared, and a push that finds a ref locked takes it exclusively: a lock file still there then has no live
 writer and is removed. The branch and the test-result refs of a local remote are written by Agent Jobs only. Before
-each use, a local remote with a confining folder is checked against it (`jobs.git.confinement`). After a push, a local
-remote holding too many packs has the smaller ones merged (`jobs.git.consolidation`), as git's receive-pack runs
-`git gc --auto`.
+each use, a local remote with a confining folder is checked against it (`jobs.git.confinement`). A push of fewer than
+UNPACK_LIMIT objects to a local remote writes them loose, as git's receive-pack does, so the remote does not gain a
+pack per push; the remote's own packs are never rewritten.
 """
 
 from __future__ import annotations
