@@ -89,6 +89,13 @@ def local(
         typer.Option("--connection-file", help="Where to write the connection file the agent-jobs command reads."),
     ] = Path(".agent-jobs/local.json"),
     workspaces_root: Annotated[Path, typer.Option("--workspaces-root")] = Path(".local/workspaces"),
+    log_dir: Annotated[
+        Path,
+        typer.Option(
+            "--log-dir",
+            help="Where the functions' logs, metrics and Python warnings go (a file per execution environment).",
+        ),
+    ] = Path(".local/logs"),
     time_scale: Annotated[float, typer.Option("--time-scale")] = 1.0,
     tenant: Annotated[str, typer.Option("--tenant", help="The tenant of the printed tokens.")] = DEFAULT_TENANT,
 ) -> None:
@@ -99,17 +106,25 @@ def local(
 
     console = Console(stderr=True)
     workspaces_root.mkdir(parents=True, exist_ok=True)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    # As a Lambda function's output goes to its log group: the terminal keeps the stack and its counts.
+    log_hook = "agent_jobs_local.faults:log_to_file"
     with LocalRuntime(
         endpoint_url=endpoint_url,
         api_port=api_port,
         workspaces_root=workspaces_root.resolve(),
         time_scale=time_scale,
+        worker_bootstrap=log_hook,
+        bootstrap_config={"log_dir": str(log_dir.resolve()), "name": "worker"},
+        api_bootstrap=log_hook,
+        api_bootstrap_config={"log_dir": str(log_dir.resolve()), "name": "api"},
     ) as runtime:
         runtime.write_env_file(env_file)
         runtime.write_connection_file(connection_file)
         print_stack(
             console, runtime, env_file=env_file, connection_file=connection_file, workspaces_root=workspaces_root
         )
+        console.print(f"  logs         {log_dir}  (the functions' logs, metrics and warnings: tail -f {log_dir}/*.log)")
         print_local_tokens(console, runtime.api_url, tenant)
         console.print("Ctrl-C stops everything.")
         stop = threading.Event()
