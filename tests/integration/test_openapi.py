@@ -16,6 +16,7 @@ from agent_jobs_local.event_source import LambdaContextStub
 from agent_jobs_local.template import TemplateModel, load_template
 from enqueue_api import app
 from tests.conftest import Stack
+from tests.documentation import doc_text
 from tests.integration.test_enqueue_api import Api, load_event, post_event, use_environment
 
 POWERTOOLS_DEFAULT_DESCRIPTION = "Successful Response"
@@ -253,3 +254,25 @@ def test_openapi_documents_retry_after_where_waiting_clears_a_429(document: dict
     # A job quota clears by itself (the next second, settled jobs); the workspace quota only when raised.
     assert "Retry-After" in operations(document)[("POST", "/jobs")]["responses"]["429"]["headers"]
     assert "headers" not in operations(document)[("PUT", "/workspaces/{workspaceId}")]["responses"]["429"]
+
+
+def test_openapi_names_each_operation_for_generated_clients(document: dict[str, Any]) -> None:
+    # Clients generated from the document name their methods after operationIds: they are part of the contract, so
+    # each is chosen, not derived from a Python function's name and path.
+    assert {key: operation["operationId"] for key, operation in operations(document).items()} == {
+        ("POST", "/jobs"): "submitJob",
+        ("POST", "/jobs:batch"): "submitJobBatch",
+        ("GET", "/jobs/{jobId}"): "readJob",
+        ("PUT", "/workspaces/{workspaceId}"): "registerWorkspace",
+        ("GET", "/workspaces/{workspaceId}"): "readWorkspace",
+        ("GET", "/workspaces/{workspaceId}/jobs"): "listWorkspaceJobs",
+        ("POST", "/workspaces/{workspaceId}/resume"): "resumeWorkspace",
+        ("GET", "/workspaces"): "listHaltedWorkspaces",
+        ("GET", "/openapi.json"): "readOpenApiDocument",
+    }
+
+
+def test_openapi_operation_ids_are_listed_in_the_api_docs(document: dict[str, Any]) -> None:
+    routes = doc_text("docs/api.md")
+    for (method, path), operation in operations(document).items():
+        assert f"| `{operation['operationId']}` |" in routes, (method, path)

@@ -111,6 +111,7 @@ def openapi_document() -> dict[str, Any]:
 
 @app.get(
     OPENAPI_PATH,
+    operation_id="readOpenApiDocument",
     summary="This API's OpenAPI document",
     responses={
         200: {"description": "The OpenAPI 3.1 document.", "content": {JSON_MEDIA_TYPE: {"schema": {"type": "object"}}}}

@@ -40,6 +40,7 @@ _RESUME_CONFLICTS: Final = (ResumeOutcome.NOT_HALTED, ResumeOutcome.HALTING_JOB_
 
 @router.post(
     "/workspaces/<workspaceId>/resume",
+    operation_id="resumeWorkspace",
     summary="Resume a halted workspace: retry or skip the job that halted it (operator scope)",
     responses=answers(
         {
@@ -88,6 +89,7 @@ def resume(
 
 @router.get(
     "/workspaces",
+    operation_id="listHaltedWorkspaces",
     summary="List the caller's halted workspaces (HALTED or RESUMING), a page at a time",
     responses=answers({200: ("A page of halted workspaces.", HaltedWorkspacesView)}, (400, 401, 403, 422, 503)),
 )

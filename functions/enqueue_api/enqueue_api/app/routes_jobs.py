@@ -44,6 +44,7 @@ router = Router()  # type: ignore[no-untyped-call]  # Powertools leaves it unann
 
 @router.post(
     "/jobs",
+    operation_id="submitJob",
     summary="Submit a job to a workspace",
     responses=answers(
         {202: ("Accepted, or already accepted with the same payload (`created` false).", JobAcceptedView)},
@@ -91,6 +92,7 @@ def submit_job(job: JobBody, tenant: CallerTenant) -> Response[JobAcceptedView]:
 
 @router.post(
     "/jobs:batch",
+    operation_id="submitJobBatch",
     summary="Submit up to 10 jobs at once",
     responses=answers(
         {200: ("The batch was processed: one result per job, each with its own statusCode.", JobBatchView)},
@@ -122,6 +124,7 @@ def submit_jobs(batch: BatchBody, tenant: CallerTenant) -> Response[JobBatchView
 
 @router.get(
     "/jobs/<jobId>",
+    operation_id="readJob",
     summary="Read a job's state and history",
     responses=answers({200: ("The job.", JobView)}, (401, 403, 404, 422, 503)),
 )

@@ -36,6 +36,7 @@ RegistrationBody = Annotated[
 
 @router.put(
     "/workspaces/<workspaceId>",
+    operation_id="registerWorkspace",
     summary="Register a workspace (or update its registration)",
     responses=answers(
         {201: ("Registered.", WorkspaceView), 200: ("Registration updated.", WorkspaceView)},
@@ -70,6 +71,7 @@ def register_workspace(
 
 @router.get(
     "/workspaces/<workspaceId>",
+    operation_id="readWorkspace",
     summary="Read a workspace's registration, state and last applied job",
     responses=answers({200: ("The workspace.", WorkspaceStatusView)}, (401, 403, 404, 422, 503)),
 )
@@ -88,6 +90,7 @@ def read_workspace(workspace_id: WorkspaceIdInPath, tenant: CallerTenant) -> Wor
 
 @router.get(
     "/workspaces/<workspaceId>/jobs",
+    operation_id="listWorkspaceJobs",
     summary="Read a workspace's timeline: its jobs, oldest accepted first, a page at a time",
     responses=answers({200: ("A page of the timeline.", JobTimelineView)}, (400, 401, 403, 404, 422, 503)),
 )
