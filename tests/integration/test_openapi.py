@@ -4,22 +4,34 @@ of the template's HTTP API with its methods, its request body and every status i
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from openapi_spec_validator import validate
+from pydantic import BaseModel
+from pydantic_core import to_jsonable_python
 
+from agent_jobs.models import ApplyPatchPayload, Author, OpenPrPayload, ResumeRequest, RunTestsJob, RunTestsPayload
+from agent_jobs.registration import WorkspaceRegistration
 from agent_jobs_local.api_server import http_api_routes
 from agent_jobs_local.event_source import LambdaContextStub
 from agent_jobs_local.template import TemplateModel, load_template
 from enqueue_api import app
 from tests.conftest import Stack
 from tests.documentation import doc_text
-from tests.integration.test_enqueue_api import Api, load_event, post_event, use_environment
+from tests.integration.test_enqueue_api import Api, job_body, load_event, post_event, use_environment
 
 POWERTOOLS_DEFAULT_DESCRIPTION = "Successful Response"
+DEFAULT_NOTE = re.compile(r"Optional: when left out, the API uses `(.*)`\.$")
+# The request bodies' models, by their schema's name in the document.
+_REQUEST_MODEL_LIST: tuple[type[BaseModel], ...] = (
+    *(ApplyPatchPayload, Author, OpenPrPayload, RunTestsJob, RunTestsPayload),
+    *(WorkspaceRegistration, ResumeRequest),
+)
+REQUEST_MODELS: dict[str, type[BaseModel]] = {model.__name__: model for model in _REQUEST_MODEL_LIST}
 
 
 def openapi_event(claims: dict[str, str] | None = None) -> dict[str, Any]:
@@ -276,3 +288,105 @@ def test_openapi_operation_ids_are_listed_in_the_api_docs(document: dict[str, An
     routes = doc_text("docs/api.md")
     for (method, path), operation in operations(document).items():
         assert f"| `{operation['operationId']}` |" in routes, (method, path)
+
+
+def request_schemas(document: dict[str, Any]) -> set[str]:
+    """The names of the component schemas a request body uses, directly or through others."""
+    references = re.compile(r'"#/components/schemas/([^"]+)"')
+    components = document["components"]["schemas"]
+    bodies = [operation.get("requestBody", {}) for operation in operations(document).values()]
+    found, pending = set(), set(references.findall(json.dumps(bodies)))
+    while pending:
+        name = pending.pop()
+        found.add(name)
+        pending |= set(references.findall(json.dumps(components[name]))) - found
+    return found
+
+
+def documented_defaults(document: dict[str, Any]) -> dict[tuple[str, str], Any]:
+    """(schema, property) -> the value a description says the API uses for the property when it is left out."""
+    found = {}
+    for name, schema in document["components"]["schemas"].items():
+        for field, definition in schema.get("properties", {}).items():
+            if match := DEFAULT_NOTE.search(definition.get("description", "")):
+                found[(name, field)] = json.loads(match.group(1))
+    return found
+
+
+def test_openapi_request_bodies_name_no_default_that_generators_would_require(document: dict[str, Any]) -> None:
+    # openapi-typescript (default options) types a property with a `default` as required: a request that leaves the
+    # field out, as the API allows, would not compile.
+    components = document["components"]["schemas"]
+    requests = request_schemas(document)
+    assert {"ApplyPatchJob", "RunTestsJob", "OpenPrJob", "WorkspaceRegistration", "JobBatchRequest"} <= requests
+
+    defaulted = [
+        (name, field)
+        for name in requests
+        for field, definition in components[name].get("properties", {}).items()
+        if "default" in definition and field not in components[name].get("required", [])
+    ]
+
+    assert defaulted == []
+    # Responses and query parameters keep theirs (a generator reads those as always present, or optional).
+    timeline = operations(document)[("GET", "/workspaces/{workspaceId}/jobs")]
+    assert {parameter["name"]: parameter["schema"].get("default") for parameter in timeline["parameters"]}[
+        "limit"
+    ] == 25
+
+
+def test_openapi_describes_each_request_default_as_the_model_fills_it_in(document: dict[str, Any]) -> None:
+    expected = {
+        (name, field.alias or field_name): to_jsonable_python(field.default, by_alias=True)
+        for name, model in REQUEST_MODELS.items()
+        for field_name, field in model.model_fields.items()
+        if not field.is_required() and field.default is not None
+    }
+
+    assert documented_defaults(document) == expected
+    assert set(expected) >= {("WorkspaceRegistration", "baseBranch"), ("RunTestsJob", "payload")}
+
+
+JOBS_WITHOUT_A_FIELD: dict[tuple[str, str], tuple[dict[str, Any], str]] = {
+    # (schema, property) -> a job that leaves the property out, and where the property goes
+    ("ApplyPatchPayload", "patchEncoding"): (
+        job_body("job-1", payload={"patch": "--- a/f\n", "commitMessage": "m"}),
+        "payload",
+    ),
+    ("OpenPrPayload", "body"): (job_body("job-1", type="open_pr", payload={"title": "agent changes"}), "payload"),
+    ("RunTestsPayload", "suite"): (job_body("job-1", type="run_tests", payload={}), "payload"),
+    ("RunTestsJob", "payload"): ({"jobId": "job-1", "workspaceId": "ws-a", "type": "run_tests"}, "job"),
+}
+
+
+def test_openapi_documents_a_default_for_each_optional_job_field_tested_here(document: dict[str, Any]) -> None:
+    jobs = {
+        "ApplyPatchJob",
+        "ApplyPatchPayload",
+        "Author",
+        "RunTestsJob",
+        "RunTestsPayload",
+        "OpenPrJob",
+        "OpenPrPayload",
+    }
+    assert {key for key in documented_defaults(document) if key[0] in jobs} == set(JOBS_WITHOUT_A_FIELD)
+
+
+@pytest.mark.parametrize("field", list(JOBS_WITHOUT_A_FIELD), ids="{0[0]}.{0[1]}".format)
+def test_openapi_a_job_sending_a_documented_default_is_the_job_that_leaves_it_out(
+    document: dict[str, Any], stack: Stack, monkeypatch: pytest.MonkeyPatch, field: tuple[str, str]
+) -> None:
+    # Given a job without the optional field, and the same job sending the value the document says the API uses
+    use_environment(monkeypatch, stack.env("EnqueueApiFunction"))
+    api = Api(stack)
+    left_out, where = JOBS_WITHOUT_A_FIELD[field]
+    sent = json.loads(json.dumps(left_out))
+    (sent["payload"] if where == "payload" else sent)[field[1]] = documented_defaults(document)[field]
+
+    # When both are submitted with one jobId
+    first, again = api.post(left_out), api.post(sent)
+
+    # Then the second is the first again (same canonical document and payload hash), not a conflicting job
+    assert (first.status, again.status) == (202, 202), again.body
+    assert (first.body["created"], again.body["created"]) == (True, False)
+    assert stack.queue_depth() == 1

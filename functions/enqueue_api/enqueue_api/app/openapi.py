@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
 OPENAPI_PATH: Final = "/openapi.json"
 SECURITY_SCHEME: Final = "bearerAuth"
+_COMPONENT_PREFIX: Final = "#/components/schemas/"
 _openapi_document: dict[str, Any] | None = None
 
 
@@ -91,5 +92,47 @@ def openapi_document(app: APIGatewayHttpResolver) -> dict[str, Any]:
             },
             security=[{SECURITY_SCHEME: []}],
         )
-        _openapi_document = json.loads(generated)
+        document = json.loads(generated)
+        describe_request_defaults(document)
+        _openapi_document = document
     return _openapi_document
+
+
+def describe_request_defaults(document: dict[str, Any]) -> None:
+    """Move the `default` of every optional property of a request body's schemas into its description, in place.
+
+    The API fills a field left out with its model's default, so the default is documentation of the server, not of
+    the request: a client need not send it. Generators read a schema `default` otherwise (openapi-typescript, at its
+    default options, types a property with a `default` as required), so a minimal valid request would not compile.
+    Only the document changes: the models keep their defaults, so what is stored, hashed and queued for a job is the
+    same whether a field was left out or sent with its default. Response schemas and query parameters keep theirs.
+    """
+    components = document.get("components", {}).get("schemas", {})
+    seen: set[str] = set()
+    pending: list[Any] = [
+        media["schema"]
+        for path_item in document.get("paths", {}).values()
+        for operation in path_item.values()
+        for media in (operation.get("requestBody") or {}).get("content", {}).values()
+        if "schema" in media
+    ]
+    while pending:
+        schema = pending.pop()
+        if isinstance(schema, list):
+            pending.extend(schema)
+            continue
+        if not isinstance(schema, dict):
+            continue
+        reference = schema.get("$ref")
+        if isinstance(reference, str) and reference.startswith(_COMPONENT_PREFIX):
+            name = reference.removeprefix(_COMPONENT_PREFIX)
+            if name not in seen and name in components:
+                seen.add(name)
+                pending.append(components[name])
+        required = set(schema.get("required", ()))
+        for name, field in (schema.get("properties") or {}).items():
+            if isinstance(field, dict) and name not in required and "default" in field:
+                default = json.dumps(field.pop("default"), ensure_ascii=False)
+                described = f"Optional: when left out, the API uses `{default}`."
+                field["description"] = f"{field['description']} {described}" if field.get("description") else described
+        pending.extend(value for key, value in schema.items() if key not in ("default", "examples", "const", "enum"))
