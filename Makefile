@@ -14,7 +14,7 @@ CHECKOV_STAMP := $(CHECKOV_VENV)/.installed
 export SAM_CLI_TELEMETRY := 0
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: help venv hooks sandbox-tools node-tools format lint template-lint security-lint test test-fast unit coverage schema docs build \
+.PHONY: help venv hooks sandbox-tools node-tools format lint template-lint security-lint test test-fast unit coverage schema openapi docs build \
 	build-local demo local chaos differential sim bench deploy clean
 
 help: ## list the verbs
@@ -101,6 +101,9 @@ coverage: $(STAMP) ## coverage report of COVERAGE_TESTS (default: the unit tests
 
 schema: $(STAMP) ## rewrite schemas/job-message.v1.schema.json from the job model (a test checks it is current)
 	PYTHONPATH=layers/shared $(BIN)/python -m agent_jobs.wire > schemas/job-message.v1.schema.json
+
+openapi: $(STAMP) ## rewrite docs/openapi.json, the document GET /openapi.json serves (a test checks it is current)
+	PYTHONPATH=layers/shared:functions/enqueue_api $(BIN)/python -m enqueue_api.app > docs/openapi.json
 
 docs: $(STAMP) ## regenerate docs/architecture.md's state diagram from the core's transition table (a test checks it)
 	PYTHONPATH=layers/shared $(BIN)/python -m agent_jobs.core.diagram --write docs/architecture.md

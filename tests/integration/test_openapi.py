@@ -4,7 +4,10 @@ of the template's HTTP API with its methods, its request body and every status i
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -20,7 +23,8 @@ from agent_jobs_local.api_server import http_api_routes
 from agent_jobs_local.event_source import LambdaContextStub
 from agent_jobs_local.template import TemplateModel, load_template
 from enqueue_api import app
-from tests.conftest import Stack
+from enqueue_api.app.openapi import document_text
+from tests.conftest import REPO, Stack
 from tests.documentation import doc_text
 from tests.integration.test_enqueue_api import Api, job_body, load_event, post_event, use_environment
 
@@ -266,6 +270,29 @@ def test_openapi_documents_retry_after_where_waiting_clears_a_429(document: dict
     # A job quota clears by itself (the next second, settled jobs); the workspace quota only when raised.
     assert "Retry-After" in operations(document)[("POST", "/jobs")]["responses"]["429"]["headers"]
     assert "headers" not in operations(document)[("PUT", "/workspaces/{workspaceId}")]["responses"]["429"]
+
+
+def test_openapi_committed_document_is_the_one_the_code_serves(document: dict[str, Any]) -> None:
+    # docs/openapi.json is what client generators and readers take without running the API: it must not drift.
+    committed = REPO / "docs" / "openapi.json"
+
+    assert committed.read_text() == document_text(document), (
+        "docs/openapi.json differs from the document the API serves: run make openapi"
+    )
+
+
+def test_openapi_make_openapi_prints_the_served_document(document: dict[str, Any]) -> None:
+    printed = subprocess.run(
+        [sys.executable, "-m", "enqueue_api.app"],
+        env={"PATH": os.environ["PATH"], "PYTHONPATH": f"{REPO / 'layers/shared'}:{REPO / 'functions/enqueue_api'}"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+
+    assert json.loads(printed.stdout) == document
+    assert printed.stdout == document_text(document)
 
 
 def test_openapi_names_each_operation_for_generated_clients(document: dict[str, Any]) -> None:

@@ -98,6 +98,11 @@ def openapi_document(app: APIGatewayHttpResolver) -> dict[str, Any]:
     return _openapi_document
 
 
+def document_text(document: dict[str, Any]) -> str:
+    """The document as `docs/openapi.json` holds it: indented JSON with a final newline."""
+    return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+
+
 def describe_request_defaults(document: dict[str, Any]) -> None:
     """Move the `default` of every optional property of a request body's schemas into its description, in place.
 
