@@ -45,8 +45,9 @@ sandbox-tools: ## make sure bwrap (Debian package bubblewrap) is installed for t
 	command -v bwrap >/dev/null 2>&1 || { echo "bwrap is missing: run \`sudo apt-get install bubblewrap\` (the local" \
 		"runtime runs test commands only in its sandbox)" >&2; exit 1; }
 
-# The Node.js producer example's test installs its locked dependencies with npm ci: Node.js 18+ and npm must be here.
-node-tools: ## make sure node and npm are installed (the Node.js producer example's test)
+# The Node.js producer and TypeScript client examples' tests install their locked dependencies with npm ci: Node.js 18+
+# (the client example's fetch) and npm must be here.
+node-tools: ## make sure node and npm are installed (the Node.js producer and TypeScript client examples' tests)
 	@command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 && exit 0; \
 	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 		echo "installing nodejs and npm for the Node.js producer example's test"; \
