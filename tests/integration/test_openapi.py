@@ -31,11 +31,15 @@ from tests.integration.test_enqueue_api import Api, job_body, load_event, post_e
 POWERTOOLS_DEFAULT_DESCRIPTION = "Successful Response"
 DEFAULT_NOTE = re.compile(r"Optional: when left out, the API uses `(.*)`\.$")
 # The request bodies' models, by their schema's name in the document.
-_REQUEST_MODEL_LIST: tuple[type[BaseModel], ...] = (
-    *(ApplyPatchPayload, Author, OpenPrPayload, RunTestsJob, RunTestsPayload),
-    *(WorkspaceRegistration, ResumeRequest),
-)
-REQUEST_MODELS: dict[str, type[BaseModel]] = {model.__name__: model for model in _REQUEST_MODEL_LIST}
+REQUEST_MODELS: dict[str, type[BaseModel]] = {
+    "ApplyPatchPayload": ApplyPatchPayload,
+    "Author": Author,
+    "OpenPrPayload": OpenPrPayload,
+    "RunTestsJob": RunTestsJob,
+    "RunTestsPayload": RunTestsPayload,
+    "WorkspaceRegistration": WorkspaceRegistration,
+    "ResumeRequest": ResumeRequest,
+}
 
 
 def openapi_event(claims: dict[str, str] | None = None) -> dict[str, Any]:
