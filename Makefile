@@ -45,7 +45,7 @@ sandbox-tools: ## make sure bwrap (Debian package bubblewrap) is installed for t
 	command -v bwrap >/dev/null 2>&1 || { echo "bwrap is missing: run \`sudo apt-get install bubblewrap\` (the local" \
 		"runtime runs test commands only in its sandbox)" >&2; exit 1; }
 
-# The Node.js producer and TypeScript client examples' tests install their locked dependencies with npm ci: Node.js 18+
+# The Node.js producer and TypeScript client examples' tests install their locked dependencies with npm ci: Node.js 18.17+
 # (the client example's fetch) and npm must be here.
 node-tools: ## make sure node and npm are installed (the Node.js producer and TypeScript client examples' tests)
 	@command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 && exit 0; \
@@ -54,7 +54,7 @@ node-tools: ## make sure node and npm are installed (the Node.js producer and Ty
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null; \
 	fi; \
 	command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || { echo "node and npm are missing: install" \
-		"Node.js 18+ with npm (e.g. \`sudo apt-get install nodejs npm\`)" >&2; exit 1; }
+		"Node.js 18.17+ with npm (e.g. \`sudo apt-get install nodejs npm\`)" >&2; exit 1; }
 
 format: $(STAMP) ## fix what ruff can (ruff check --fix), then format (ruff format)
 	$(BIN)/ruff check --fix .
@@ -104,7 +104,7 @@ schema: $(STAMP) ## rewrite schemas/job-message.v1.schema.json from the job mode
 	PYTHONPATH=layers/shared $(BIN)/python -m agent_jobs.wire > schemas/job-message.v1.schema.json
 
 openapi: $(STAMP) ## rewrite docs/openapi.json, the document GET /openapi.json serves (a test checks it is current)
-	PYTHONPATH=layers/shared:functions/enqueue_api $(BIN)/python -m enqueue_api.app > docs/openapi.json
+	PYTHONPATH=layers/shared:functions/enqueue_api $(BIN)/python -m enqueue_api.app --write docs/openapi.json
 
 docs: $(STAMP) ## regenerate docs/architecture.md's state diagram from the core's transition table (a test checks it)
 	PYTHONPATH=layers/shared $(BIN)/python -m agent_jobs.core.diagram --write docs/architecture.md

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,7 +24,7 @@ from agent_jobs_local.api_server import http_api_routes
 from agent_jobs_local.event_source import LambdaContextStub
 from agent_jobs_local.template import TemplateModel, load_template
 from enqueue_api import app
-from enqueue_api.app.openapi import document_text
+from enqueue_api.app.openapi import describe_request_defaults, document_text
 from tests.conftest import REPO, Stack
 from tests.documentation import doc_text
 from tests.integration.test_enqueue_api import Api, job_body, load_event, post_event, use_environment
@@ -299,6 +300,27 @@ def test_openapi_make_openapi_prints_the_served_document(document: dict[str, Any
     assert printed.stdout == document_text(document)
 
 
+def test_openapi_make_openapi_writes_the_document_whole(document: dict[str, Any], tmp_path: Path) -> None:
+    target = tmp_path / "openapi.json"
+    target.write_text("the previous document\n")
+    command = [sys.executable, "-m", "enqueue_api.app", "--write", str(target)]
+    paths = f"{REPO / 'layers/shared'}:{REPO / 'functions/enqueue_api'}"
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": paths, "POWERTOOLS_DEBUG": "1"}
+
+    written = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120, check=True)
+    assert "[DEBUG]" in written.stdout
+    assert target.read_text() == document_text(document)  # Powertools' debug lines never reach the file
+
+    # A run that fails (here: the API's package cannot be imported) leaves the file as it was.
+    target.write_text("the previous document\n")
+    failed = subprocess.run(
+        command, check=False, env={**env, "PYTHONPATH": ""}, capture_output=True, text=True, timeout=120
+    )
+    assert failed.returncode != 0
+    assert target.read_text() == "the previous document\n"
+    assert [path.name for path in tmp_path.iterdir()] == ["openapi.json"]
+
+
 def test_openapi_names_each_operation_for_generated_clients(document: dict[str, Any]) -> None:
     # Clients generated from the document name their methods after operationIds: they are part of the contract, so
     # each is chosen, not derived from a Python function's name and path.
@@ -316,9 +338,57 @@ def test_openapi_names_each_operation_for_generated_clients(document: dict[str, 
 
 
 def test_openapi_operation_ids_are_listed_in_the_api_docs(document: dict[str, Any]) -> None:
-    routes = doc_text("docs/api.md")
-    for (method, path), operation in operations(document).items():
-        assert f"| `{operation['operationId']}` |" in routes, (method, path)
+    rows = dict(re.findall(r"^\| `([A-Z]+ /[^`]*)` \| `([A-Za-z]+)` \|", doc_text("docs/api.md"), re.MULTILINE))
+    listed = {route.split("?")[0]: operation_id for route, operation_id in rows.items()}
+    served = {
+        f"{method.upper()} {path}": operation["operationId"]
+        for (method, path), operation in operations(document).items()
+    }
+    assert listed == served
+
+
+def _schema_ref(name: str) -> dict[str, Any]:
+    return {"content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{name}"}}}}
+
+
+def test_openapi_request_defaults_leave_schemas_that_answers_use_as_they_are() -> None:
+    """Only schemas that no answer uses lose their defaults: an answer's field with a default is always there."""
+    document: dict[str, Any] = {
+        "paths": {
+            "/x": {
+                "parameters": [],  # a path item's shared keys are not operations
+                "summary": "x",
+                "post": {
+                    "requestBody": _schema_ref("Asked"),
+                    "responses": {"200": _schema_ref("Shared")},
+                },
+                "put": {"requestBody": _schema_ref("Shared"), "responses": {}},
+            }
+        },
+        "components": {
+            "schemas": {
+                "Asked": {
+                    "properties": {
+                        "n": {"type": "integer", "default": 1},
+                        "inner": {"$ref": "#/components/schemas/Inner"},
+                    }
+                },
+                "Inner": {"properties": {"m": {"type": "string", "default": "a"}}, "required": []},
+                "Shared": {"properties": {"k": {"type": "integer", "default": 2}}},
+            }
+        },
+    }
+    describe_request_defaults(document)
+    schemas = document["components"]["schemas"]
+    assert schemas["Asked"]["properties"]["n"] == {
+        "type": "integer",
+        "description": "Optional: when left out, the API uses `1`.",
+    }
+    assert schemas["Inner"]["properties"]["m"] == {
+        "type": "string",
+        "description": 'Optional: when left out, the API uses `"a"`.',
+    }
+    assert schemas["Shared"]["properties"]["k"] == {"type": "integer", "default": 2}
 
 
 def request_schemas(document: dict[str, Any]) -> set[str]:

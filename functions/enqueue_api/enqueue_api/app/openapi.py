@@ -103,6 +103,40 @@ def document_text(document: dict[str, Any]) -> str:
     return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
 
 
+_METHODS: Final = frozenset({"get", "put", "post", "delete", "options", "head", "patch", "trace"})
+
+
+def _operations(document: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every operation of the document (the HTTP-method keys of its path items, not their shared keys)."""
+    return [
+        operation
+        for path_item in document.get("paths", {}).values()
+        if isinstance(path_item, dict)
+        for method, operation in path_item.items()
+        if method in _METHODS and isinstance(operation, dict)
+    ]
+
+
+def _reached_components(document: dict[str, Any], roots: list[Any]) -> set[str]:
+    """The names of the component schemas `roots` refer to, directly or through other components."""
+    components = document.get("components", {}).get("schemas", {})
+    found: set[str] = set()
+    pending = list(roots)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, list):
+            pending.extend(node)
+        elif isinstance(node, dict):
+            reference = node.get("$ref")
+            if isinstance(reference, str) and reference.startswith(_COMPONENT_PREFIX):
+                name = reference.removeprefix(_COMPONENT_PREFIX)
+                if name not in found and name in components:
+                    found.add(name)
+                    pending.append(components[name])
+            pending.extend(node.values())
+    return found
+
+
 def describe_request_defaults(document: dict[str, Any]) -> None:
     """Move the `default` of every optional property of a request body's schemas into its description, in place.
 
@@ -110,30 +144,23 @@ def describe_request_defaults(document: dict[str, Any]) -> None:
     the request: a client need not send it. Generators read a schema `default` otherwise (openapi-typescript, at its
     default options, types a property with a `default` as required), so a minimal valid request would not compile.
     Only the document changes: the models keep their defaults, so what is stored, hashed and queued for a job is the
-    same whether a field was left out or sent with its default. Response schemas and query parameters keep theirs.
+    same whether a field was left out or sent with its default. Response schemas and query parameters keep theirs:
+    a component schema that a response uses as well is left as it is.
     """
+    operations = _operations(document)
+    bodies = [operation.get("requestBody") or {} for operation in operations]
+    answers = [operation.get("responses") or {} for operation in operations]
     components = document.get("components", {}).get("schemas", {})
-    seen: set[str] = set()
-    pending: list[Any] = [
-        media["schema"]
-        for path_item in document.get("paths", {}).values()
-        for operation in path_item.values()
-        for media in (operation.get("requestBody") or {}).get("content", {}).values()
-        if "schema" in media
-    ]
+    request_only = _reached_components(document, bodies) - _reached_components(document, answers)
+    inline = [media.get("schema") for body in bodies for media in (body.get("content") or {}).values()]
+    pending: list[Any] = [components[name] for name in request_only] + inline
     while pending:
         schema = pending.pop()
         if isinstance(schema, list):
             pending.extend(schema)
             continue
-        if not isinstance(schema, dict):
-            continue
-        reference = schema.get("$ref")
-        if isinstance(reference, str) and reference.startswith(_COMPONENT_PREFIX):
-            name = reference.removeprefix(_COMPONENT_PREFIX)
-            if name not in seen and name in components:
-                seen.add(name)
-                pending.append(components[name])
+        if not isinstance(schema, dict) or "$ref" in schema:
+            continue  # a component is handled by name, once
         required = set(schema.get("required", ()))
         for name, field in (schema.get("properties") or {}).items():
             if isinstance(field, dict) and name not in required and "default" in field:
