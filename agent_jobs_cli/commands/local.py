@@ -124,7 +124,9 @@ def local(
         print_stack(
             console, runtime, env_file=env_file, connection_file=connection_file, workspaces_root=workspaces_root
         )
-        console.print(f"  logs         {log_dir}  (the functions' logs, metrics and warnings: tail -f {log_dir}/*.log)")
+        console.print(
+            f"  logs         {log_dir}  (the worker's and the API's logs, metrics, warnings: tail -f {log_dir}/*.log)"
+        )
         print_local_tokens(console, runtime.api_url, tenant)
         console.print("Ctrl-C stops everything.")
         stop = threading.Event()

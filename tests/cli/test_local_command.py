@@ -84,7 +84,11 @@ def local_stack(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[str], Pa
         yield f"http://127.0.0.1:{port}", process, tmp_path
     finally:
         process.terminate()
-        process.wait(timeout=60)
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=60)
 
 
 def test_the_terminal_shows_the_stack_and_the_log_folder_holds_the_functions_output(
