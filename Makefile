@@ -109,8 +109,17 @@ openapi: $(STAMP) ## rewrite docs/openapi.json, the document GET /openapi.json s
 docs: $(STAMP) ## regenerate docs/architecture.md's state diagram from the core's transition table (a test checks it)
 	PYTHONPATH=layers/shared $(BIN)/python -m agent_jobs.core.diagram --write docs/architecture.md
 
-build: $(STAMP) ## sam build (arm64 layer cross-installed with pip; no Docker needed)
-	$(BIN)/sam build
+# The functions' and the layer's instruction set, set together: the template's Architecture parameter and the layer's
+# wheels. arm64 (the default) is what is deployed, into .aws-sam/build; another goes to .aws-sam/build-<architecture>,
+# never built from sam's cache, so that `sam deploy` never picks it up by mistake.
+ARCHITECTURE ?= arm64
+# This machine's, for `sam local` (arm64 on an x86_64 machine runs under emulation, too slowly for the Timeouts).
+HOST_ARCHITECTURE := $(shell uname -m | sed 's/^aarch64$$/arm64/; s/^amd64$$/x86_64/')
+
+build: $(STAMP) ## sam build for ARCHITECTURE (arm64, as deployed; x86_64 into .aws-sam/build-x86_64 for sam local)
+	@case "$(ARCHITECTURE)" in arm64|x86_64) ;; *) echo "ARCHITECTURE must be arm64 or x86_64" >&2; exit 1 ;; esac
+	ARCHITECTURE=$(ARCHITECTURE) $(BIN)/sam build --parameter-overrides Architecture=$(ARCHITECTURE) \
+		$(if $(filter arm64,$(ARCHITECTURE)),,--no-cached --build-dir .aws-sam/build-$(ARCHITECTURE))
 
 build-local: $(STAMP) ## sam build with the layer's wheels for this machine (to run the built handlers here)
 	LAYER_PLATFORM=manylinux2014_$$(uname -m) LAYER_PYTHON_VERSION=$$($(BIN)/python -c 'import sys; print("%d.%d" % sys.version_info[:2])') \

@@ -388,7 +388,17 @@ def test_functions_run_python313_on_arm64_with_the_shared_layer(model: TemplateM
         assert {"Ref": "SharedLayer"} in model.function_properties(function_id)["Layers"]
     layer = model.properties("SharedLayer")
     assert layer["CompatibleRuntimes"] == ["python3.13"]
-    assert layer["CompatibleArchitectures"] == ["arm64"]
+    assert model.resolve(layer["CompatibleArchitectures"]) == ["arm64"]
+
+
+def test_one_architecture_parameter_sets_the_functions_and_the_layer() -> None:
+    # `make build ARCHITECTURE=x86_64` (sam local on an x86_64 machine) passes Architecture=x86_64 to sam build
+    model = TemplateModel.from_path(parameter_overrides={"Architecture": "x86_64"})
+    for function_id in model.resources_of_type("AWS::Serverless::Function"):
+        assert model.function_settings(function_id).architectures == ("x86_64",), function_id
+    assert model.resolve(model.properties("SharedLayer")["CompatibleArchitectures"]) == ["x86_64"]
+    # the layer's wheels follow the same setting, never a BuildArchitecture of their own
+    assert "BuildArchitecture" not in model.resource("SharedLayer")["Metadata"]
 
 
 def test_functions_and_layer_build_with_makefiles_not_containers(model: TemplateModel) -> None:
