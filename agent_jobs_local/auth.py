@@ -6,18 +6,14 @@ ignored by git), or at the path in AGENT_JOBS_DEV_KEY. Its `kid` is the RFC 7638
 is stable for as long as the file is kept. Tokens carry iss `agent-jobs-local`, aud `agent-jobs`, sub, `tenant_id`,
 `scope` (space-separated), iat, nbf and exp.
 
-The verifier (`JwtVerifier`, `verify_authorization`) follows the HTTP API JWT authorizer: the token comes from the
-Authorization header with or without a `Bearer ` prefix; it must be RS256 (never `none`, HS256 or another
-algorithm), name the `kid` of a known key, be signed by it, come from the issuer, name the audience in `aud` or
-`client_id`, and be within exp / nbf / iat, with a little leeway for clock skew. Anything else: None (401).
+The verifier (`JwtVerifier`, `verify_authorization`) is the layer's `agent_jobs.bearer_tokens`, which follows the HTTP
+API JWT authorizer; the producer function uses the same one under `sam local start-api`, given this key's public half
+(`public_key_pem`, written to the `sam local` env file).
 """
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import hashlib
-import json
 import os
 import threading
 import time
@@ -30,19 +26,23 @@ from typing import Any, Final
 import jwt
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
-from jwt.algorithms import RSAAlgorithm
+
+from agent_jobs.bearer_tokens import (
+    ALGORITHM,
+    LOCAL_AUDIENCE,
+    LOCAL_ISSUER,
+    JwtVerifier,
+    bearer_token,
+    key_id,
+    key_verifier,
+    public_key_pem,
+)
 
 REPO: Final = Path(__file__).resolve().parent.parent
 DEV_KEY_ENV: Final = "AGENT_JOBS_DEV_KEY"
 DEFAULT_DEV_KEY_PATH: Final = REPO / ".agent-jobs" / "dev-jwt-key.pem"
-LOCAL_ISSUER: Final = "agent-jobs-local"
-LOCAL_AUDIENCE: Final = "agent-jobs"
 # The same scope as enqueue_api.app.OPERATOR_SCOPE (a test keeps them equal): operator actions need it.
 OPERATOR_SCOPE: Final = "agent-jobs/operator"
-ALGORITHM: Final = "RS256"
-# API Gateway tolerates a little clock skew between the issuer and itself.
-DEFAULT_LEEWAY_SECONDS: Final = 60
-_BEARER: Final = "bearer "
 
 _keys: dict[Path, DevSigningKey] = {}
 _keys_lock = threading.Lock()
@@ -65,13 +65,6 @@ def dev_key_path() -> Path:
     """Where the development key lives: AGENT_JOBS_DEV_KEY, else `<repo>/.agent-jobs/dev-jwt-key.pem`."""
     configured = os.environ.get(DEV_KEY_ENV)
     return Path(configured).expanduser().resolve() if configured else DEFAULT_DEV_KEY_PATH
-
-
-def key_id(public_key: rsa.RSAPublicKey) -> str:
-    """The RFC 7638 JWK thumbprint (SHA-256, base64url) of `public_key`: the same key always has the same kid."""
-    jwk = RSAAlgorithm.to_jwk(public_key, as_dict=True)
-    canonical = json.dumps({name: jwk[name] for name in ("e", "kty", "n")}, separators=(",", ":"), sort_keys=True)
-    return base64.urlsafe_b64encode(hashlib.sha256(canonical.encode()).digest()).rstrip(b"=").decode()
 
 
 def dev_signing_key(path: Path | None = None) -> DevSigningKey:
@@ -133,81 +126,11 @@ def mint_token(tenant_id: str, *, scopes: Sequence[str] = (), ttl_seconds: int =
     return sign_claims(claims)
 
 
-def bearer_token(authorization: str | None) -> str | None:
-    """The token in an Authorization header value, with or without its `Bearer ` prefix (as API Gateway takes it)."""
-    if authorization is None:
-        return None
-    value = authorization.strip()
-    if value[: len(_BEARER)].lower() == _BEARER:
-        value = value[len(_BEARER) :].strip()
-    return value or None
-
-
-class JwtVerifier:
-    """An HTTP API JWT authorizer's checks: `verifier(headers)` is the token's claims, or None (API Gateway's 401).
-
-    `keys` maps kid to public key (API Gateway's JWKS); `audiences` are the authorizer's audience entries, matched
-    against `aud` or, failing that, `client_id`.
-    """
-
-    def __init__(
-        self,
-        *,
-        issuer: str,
-        audiences: Iterable[str],
-        keys: Mapping[str, rsa.RSAPublicKey],
-        leeway_seconds: int = DEFAULT_LEEWAY_SECONDS,
-    ) -> None:
-        self.issuer = issuer
-        self.audiences = frozenset(audiences)
-        self.keys = dict(keys)
-        self.leeway_seconds = leeway_seconds
-
-    def __call__(self, headers: Mapping[str, str]) -> dict[str, Any] | None:
-        return self.verify(bearer_token(headers.get("authorization")))
-
-    def verify(self, token: str | None) -> dict[str, Any] | None:
-        if not token:
-            return None
-        try:
-            header = jwt.get_unverified_header(token)
-        except jwt.InvalidTokenError:
-            return None
-        # Only RS256 with a known kid: `none`, HMAC (signed with the public key as a secret) and others never verify.
-        if header.get("alg") != ALGORITHM:
-            return None
-        public_key = self.keys.get(str(header.get("kid")))
-        if public_key is None:
-            return None
-        try:
-            claims: dict[str, Any] = jwt.decode(
-                token,
-                public_key,
-                algorithms=[ALGORITHM],
-                issuer=self.issuer,
-                leeway=self.leeway_seconds,
-                options={"require": ["exp", "iss"], "verify_aud": False},
-            )
-        except jwt.InvalidTokenError:
-            return None
-        # PyJWT has checked exp, nbf and iat (an iat in the future is refused, as API Gateway does).
-        return claims if self._audience_matches(claims) else None
-
-    def _audience_matches(self, claims: Mapping[str, Any]) -> bool:
-        # API Gateway: the token's `aud` must match an audience entry; a token without `aud` may match by `client_id`.
-        audience = claims.get("aud")
-        if audience is None:
-            audience = claims.get("client_id")
-        names = [audience] if isinstance(audience, str) else audience if isinstance(audience, list) else []
-        return any(isinstance(name, str) and name in self.audiences for name in names)
-
-
 def local_verifier(
     issuer: str = LOCAL_ISSUER, audiences: Iterable[str] = (LOCAL_AUDIENCE,), key: DevSigningKey | None = None
 ) -> JwtVerifier:
     """A verifier of tokens signed with the development key (default issuer and audience: the local ones)."""
-    key = key or dev_signing_key()
-    return JwtVerifier(issuer=issuer, audiences=audiences, keys={key.kid: key.public_key})
+    return key_verifier((key or dev_signing_key()).public_key, issuer, audiences)
 
 
 def verify_authorization(headers: Mapping[str, str]) -> dict[str, Any] | None:
@@ -229,6 +152,7 @@ __all__ = [
     "key_id",
     "local_verifier",
     "mint_token",
+    "public_key_pem",
     "sign_claims",
     "verify_authorization",
 ]
