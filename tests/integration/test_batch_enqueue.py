@@ -295,7 +295,7 @@ def test_submit_jobs_answers_each_job_in_request_order(api: Api) -> None:
     assert set(results[0]) == {"jobId", "statusCode", "status", "messageId", "sequenceNumber", "created", "message"}
     assert results[0]["created"] is True
     assert results[0]["message"] is None
-    assert api.stack.job("job-1")["tenantId"] == "default"
+    assert api.stack.job("job-1")["tenantId"] == "tenant-demo"
 
     repeat = api.invoke(batch_event(body))
     assert [(r["statusCode"], r["created"]) for r in repeat.body["results"]] == [

@@ -196,11 +196,12 @@ def test_submit_job_accepts_and_sends_it_to_the_workspace_group(api: Api) -> Non
     assert response.headers["Location"] == "/jobs/job-1"
     (record,) = api.stack.receive()["Records"]
     assert record["attributes"]["MessageGroupId"] == "ws#ws-a"
-    assert record["attributes"]["MessageDeduplicationId"] == hashlib.sha256(b"default:job-1:apply_patch").hexdigest()
-    assert record["messageAttributes"]["tenantId"]["stringValue"] == "default"
+    deduplication_id = hashlib.sha256(b"tenant-demo:job-1:apply_patch").hexdigest()
+    assert record["attributes"]["MessageDeduplicationId"] == deduplication_id
+    assert record["messageAttributes"]["tenantId"]["stringValue"] == "tenant-demo"
     assert record["messageAttributes"]["type"]["stringValue"] == "apply_patch"
     message = JobMessage.model_validate_json(record["body"])
-    assert (message.job_id, message.tenant_id) == ("job-1", "default")
+    assert (message.job_id, message.tenant_id) == ("job-1", "tenant-demo")
     assert message.request().payload.model_dump(by_alias=True)["patch"] == PATCH
     assert response.body["messageId"] == record["messageId"]
     assert response.body["sequenceNumber"] == record["attributes"]["SequenceNumber"]
@@ -376,7 +377,7 @@ def test_submit_job_resubmission_after_the_message_was_consumed_is_not_sent_agai
     assert again.body["messageId"] == first.body["messageId"]
     assert api.stack.queue_depth() == 0
     # Control: the queue alone would have taken the same deduplication id as a new message now.
-    naive_enqueue(api.stack.services.sqs, api.stack.queue_url, job_body("job-1"), "default")
+    naive_enqueue(api.stack.services.sqs, api.stack.queue_url, job_body("job-1"), "tenant-demo")
     assert api.stack.queue_depth() == 1
 
 
@@ -618,7 +619,7 @@ def test_read_job_returns_the_public_view(api: Api) -> None:
     assert set(response.body) == PUBLIC_FIELDS
     assert response.body["jobId"] == "job-1"
     assert response.body["workspaceId"] == "ws-a"
-    assert response.body["tenantId"] == "default"
+    assert response.body["tenantId"] == "tenant-demo"
     assert response.body["type"] == "apply_patch"
     assert response.body["status"] == JobStatus.IN_FLIGHT
     assert response.body["attempt"] == 1
@@ -629,8 +630,8 @@ def test_read_job_returns_the_public_view(api: Api) -> None:
 def test_read_job_never_shows_a_stored_body(api: Api) -> None:
     # Given a job parked with its message body (as the worker does while its workspace is halted)
     job = make_job("job-9", "ws-a", "open_pr")
-    message = job_message(job, "default")
-    api.stack.guard.halt_workspace("ws-a", tenant_id="default", job_id="job-8", reason="job-8 is DEAD")
+    message = job_message(job, "tenant-demo")
+    api.stack.guard.halt_workspace("ws-a", tenant_id="tenant-demo", job_id="job-8", reason="job-8 is DEAD")
     parked = api.stack.guard.park(
         message, message_id="m-1", sequence_number="1", body=message.model_dump_json(by_alias=True), reason="halted"
     )
@@ -662,7 +663,7 @@ def test_read_job_malformed_job_id_is_422(api: Api, raw_job_id: str) -> None:
 
 def test_the_request_body_is_parsed_once(api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
     # Given a registered workspace, and every JSON document decoded in this process counted from then on
-    register_workspace(api.stack, "ws-a", "default")
+    register_workspace(api.stack, "ws-a", "tenant-demo")
     body = json.dumps(job_body("job-parsed-once", "ws-a"))
     decoded: list[str] = []
     decode = json.JSONDecoder.decode
@@ -682,7 +683,7 @@ def test_the_request_body_is_parsed_once(api: Api, monkeypatch: pytest.MonkeyPat
 
 def test_read_job_by_a_percent_encoded_job_id(api: Api) -> None:
     # Given a job whose jobId a client percent-encodes in the URL (API Gateway routes on the raw path)
-    enqueue(api.stack, make_job("job-1.a", "ws-a"), tenant_id="default")
+    enqueue(api.stack, make_job("job-1.a", "ws-a"), tenant_id="tenant-demo")
 
     response = api.get("job%2D1%2Ea")
 
@@ -749,7 +750,7 @@ def test_naive_producer_silently_drops_a_resend_with_another_payload_while_the_a
     sqs, queue_url = api.stack.services.sqs, api.stack.queue_url
 
     def naive(body: dict[str, Any]) -> bool:
-        return bool(naive_enqueue(sqs, queue_url, body, "default"))
+        return bool(naive_enqueue(sqs, queue_url, body, "tenant-demo"))
 
     def product(body: dict[str, Any]) -> bool:
         return api.post(body).status == 202

@@ -30,7 +30,7 @@ STATUS_FIELDS = REGISTRATION_FIELDS | set(app.PUBLIC_WORKSPACE_STATE_FIELDS)
 
 def registration(**overrides: Any) -> dict[str, Any]:
     body: dict[str, Any] = {
-        "remoteUrl": "/srv/git/default/repo-alpha.git",
+        "remoteUrl": "/srv/git/tenant-demo/repo-alpha.git",
         "branch": "agent/repo-alpha",
         "testCommands": {"unit": ["python", "-m", "pytest", "-q"]},
     }
@@ -58,7 +58,7 @@ def put_event(
     """events/http_put_workspace.json for another workspace (as it appears in the URL path), body and claims."""
     event = _at_workspace(load_event("http_put_workspace.json"), workspace_id, "PUT")
     if body is None:  # the tenant's own remote, in its folder of the remotes root
-        tenant = (claims or {}).get("tenant_id", "default")
+        tenant = (claims or {}).get("tenant_id", "tenant-demo")
         body = registration(remoteUrl=f"{REMOTES_ROOT}/{tenant}/repo-alpha.git")
     text = raw if raw is not None else json.dumps(body)
     event["headers"]["content-length"] = str(len(text.encode("utf-8", "surrogatepass")))
@@ -101,8 +101,8 @@ def test_register_workspace_is_201_then_200(api: WorkspaceApi) -> None:
     assert set(created.body) == REGISTRATION_FIELDS
     assert created.body == {
         "workspaceId": "repo-alpha",
-        "tenantId": "default",
-        "remoteUrl": "/srv/git/default/repo-alpha.git",
+        "tenantId": "tenant-demo",
+        "remoteUrl": "/srv/git/tenant-demo/repo-alpha.git",
         "branch": "agent/repo-alpha",
         "baseBranch": "main",
         "testCommands": {"unit": ["python", "-m", "pytest", "-q"]},
@@ -118,7 +118,7 @@ def test_register_workspace_is_201_then_200(api: WorkspaceApi) -> None:
     assert updated.body["registeredAt"] == created.body["registeredAt"]
     item = api.stack.item("ws#repo-alpha")
     assert (item["tenantId"], item["branch"], item["githubRepository"]) == (
-        "default",
+        "tenant-demo",
         "agent/second",
         "acme/repo-alpha",
     )
@@ -212,14 +212,14 @@ def test_register_workspace_refuses_bad_input_without_writing(
 
 
 def test_read_workspace_shows_the_registration_and_active_state(api: WorkspaceApi) -> None:
-    registered = api.put(body=registration(tokenParameter="ssm:/agent-jobs/default/github-token"))
+    registered = api.put(body=registration(tokenParameter="ssm:/agent-jobs/tenant-demo/github-token"))
 
     response = api.read()
 
     assert response.status == 200
     assert set(response.body) == STATUS_FIELDS
     assert {name: response.body[name] for name in REGISTRATION_FIELDS} == registered.body
-    assert response.body["tokenParameter"] == "ssm:/agent-jobs/default/github-token"
+    assert response.body["tokenParameter"] == "ssm:/agent-jobs/tenant-demo/github-token"
     assert (response.body["state"], response.body["haltingJobId"], response.body["haltReason"]) == (
         WorkspaceState.ACTIVE,
         None,
@@ -229,7 +229,7 @@ def test_read_workspace_shows_the_registration_and_active_state(api: WorkspaceAp
 
 def test_read_workspace_shows_halted_after_the_guard_halted_it(api: WorkspaceApi) -> None:
     api.put()
-    api.stack.guard.halt_workspace("repo-alpha", tenant_id="default", job_id="job-7", reason="job job-7 is DEAD")
+    api.stack.guard.halt_workspace("repo-alpha", tenant_id="tenant-demo", job_id="job-7", reason="job job-7 is DEAD")
 
     response = api.read()
 
@@ -237,17 +237,17 @@ def test_read_workspace_shows_halted_after_the_guard_halted_it(api: WorkspaceApi
     assert response.body["state"] == WorkspaceState.HALTED
     assert response.body["haltingJobId"] == "job-7"
     assert response.body["haltReason"] == "job job-7 is DEAD"
-    assert response.body["remoteUrl"] == "/srv/git/default/repo-alpha.git"
+    assert response.body["remoteUrl"] == "/srv/git/tenant-demo/repo-alpha.git"
 
 
 def test_read_workspace_halted_before_registration_shows_its_state(api: WorkspaceApi) -> None:
-    api.stack.guard.halt_workspace("repo-beta", tenant_id="default", job_id="job-1", reason="rejected: bad")
+    api.stack.guard.halt_workspace("repo-beta", tenant_id="tenant-demo", job_id="job-1", reason="rejected: bad")
 
     response = api.read("repo-beta")
 
     assert response.status == 200
     assert response.body["state"] == WorkspaceState.HALTED
-    assert (response.body["workspaceId"], response.body["tenantId"]) == ("repo-beta", "default")
+    assert (response.body["workspaceId"], response.body["tenantId"]) == ("repo-beta", "tenant-demo")
     assert response.body["remoteUrl"] is None
 
 
@@ -297,8 +297,8 @@ def test_sample_put_workspace_event_runs_unchanged(api: WorkspaceApi) -> None:
 
     assert created.status == 201
     assert again.status == 200
-    assert created.body["workspaceId"] == "repo-alpha"
-    assert created.body["remoteUrl"] == "/srv/git/default/repo-alpha.git"
-    assert created.body["branch"] == "agent/repo-alpha"
+    assert created.body["workspaceId"] == "repo-delta"
+    assert created.body["remoteUrl"] == "https://git.example.com/tenant-demo/repo-delta.git"
+    assert created.body["branch"] == "agent/repo-delta"
     assert created.body["testCommands"] == {"unit": ["python", "-m", "pytest", "-q"]}
-    assert api.read().body["state"] == WorkspaceState.ACTIVE
+    assert api.read("repo-delta").body["state"] == WorkspaceState.ACTIVE

@@ -142,7 +142,7 @@ def test_built_worker_runs_the_sqs_events(
 
 
 def test_built_producer_runs_the_http_events(local_build_dir: Path, built_env: dict[str, str], server_stack: Stack):
-    register_workspace(server_stack, "ws-demo", "default")  # the event's workspace, of the event's tenant
+    register_workspace(server_stack, "repo-gamma", "tenant-demo")  # the event's workspace, of the event's tenant
     posted = run_built(local_build_dir, "EnqueueApiFunction", REPO / "events/http_post_job.json", built_env)
     assert posted["statusCode"] == 202
     job_id = json.loads(posted["body"])["jobId"]
