@@ -79,6 +79,12 @@ class Settings(BaseSettings):
     # host or host:port entries a registration may name although they resolve to a private or loopback address (the
     # local runtime's fake GitHub); never set by the template. Comma-separated in the environment.
     allowed_private_hosts: str = ""
+    # Set by SAM CLI (`sam local invoke`, `sam local start-api`) to "true", never by Lambda itself.
+    aws_sam_local: str | None = None
+    # The local development key's public half (PEM), from the `sam local` env file only (the template declares it only
+    # when EndpointUrl is set): under `sam local`, the producer verifies bearer tokens against it itself, since SAM
+    # skips the HTTP API's JWT authorizer (`local_token_public_key`).
+    local_jwt_public_key: str | None = None
     # First registrations a tenant may make (updates of a registration do not count).
     max_workspaces_per_tenant: Annotated[int, Field(ge=1)] = 100
     # New jobs a tenant may have accepted in one second (a batch counts each job; repeats count nothing).
@@ -115,6 +121,14 @@ class Settings(BaseSettings):
     def private_hosts(self) -> frozenset[str]:
         """ALLOWED_PRIVATE_HOSTS as a set of lower-case host or host:port entries."""
         return frozenset(entry.strip().lower() for entry in self.allowed_private_hosts.split(",") if entry.strip())
+
+    @property
+    def local_token_public_key(self) -> str | None:
+        """LOCAL_JWT_PUBLIC_KEY when running under `sam local` (AWS_SAM_LOCAL is "true"), else None: in AWS the HTTP
+        API's JWT authorizer verifies tokens, and nothing else may."""
+        if self.aws_sam_local != "true" or not (self.local_jwt_public_key or "").strip():
+            return None
+        return self.local_jwt_public_key
 
     @property
     def max_claims(self) -> int:

@@ -39,7 +39,8 @@
 
 Tenancy: the caller's tenant comes from `caller_tenant` and nowhere else. It is the `tenant_id` claim of the verified
 JWT that the API's JWT authorizer puts at `requestContext.authorizer.jwt.claims` (API Gateway itself answers 401 to a
-request without a valid token, before this function runs). A request without an authorizer context is refused (401);
+request without a valid token, before this function runs; under `sam local start-api`, which skips the authorizer, the
+function does its checks itself: `sam_local`). A request without an authorizer context is refused (401);
 one whose authorizer gave no usable `tenant_id` claim is refused (403). A body never names a tenant: the job model
 forbids unknown fields, so a body carrying `tenantId` is refused with 422. A job for a workspace the tenant has not
 registered is refused with 404, nothing recorded or queued, whether nobody registered it or another tenant did: the
@@ -70,6 +71,7 @@ from .bodies import JSON_MEDIA_TYPE, body_limit_bytes, checked_body, json_object
 from .context import http_event, logger, metrics, reset_services, services, tracer
 from .errors import RequestRefused, json_response, refusal_proxy_response, refusal_response, unavailable_response
 from .openapi import OPENAPI_PATH
+from .sam_local import with_local_authorizer
 from .schemas import MAX_FIELD_ERRORS
 from .tenancy import OPERATOR_SCOPE
 from .validation import validation_refusal
@@ -146,4 +148,4 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
         event = checked_body(event, lambda: services().settings)
     except RequestRefused as refused:
         return refusal_proxy_response(refused)
-    return app.resolve(event, context)
+    return app.resolve(with_local_authorizer(event, services().settings), context)
