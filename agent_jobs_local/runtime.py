@@ -29,7 +29,8 @@ from typing import Any
 import boto3
 
 from agent_jobs_local.api_server import LocalApiServer, http_api_routes
-from agent_jobs_local.emulator import Emulator
+from agent_jobs_local.auth import dev_signing_key, public_key_pem
+from agent_jobs_local.emulator import DEFAULT_HOST, Emulator
 from agent_jobs_local.execution_environment import EnvironmentPool
 from agent_jobs_local.lambda_endpoint import LocalLambdaEndpoint
 from agent_jobs_local.poller import EventSourcePoller
@@ -74,8 +75,10 @@ class LocalRuntime:
     MaximumConcurrency), `api_concurrency` (how many requests the HTTP API runs at once; default the producer's
     ReservedConcurrentExecutions, else `DEFAULT_API_CONCURRENCY`), `api_bootstrap` and `api_bootstrap_config` (the
     same hook for the producer's environments), `extra_worker_env` (added to the worker's
-    environment last), `region`, `emulator_log` (where the emulator's output goes), `bwrap` (the bubblewrap binary of
-    the test sandbox; default AGENT_JOBS_BWRAP, else `bwrap` on PATH), `remotes_root` (both functions'
+    environment last), `region`, `emulator_log` (where the emulator's output goes), `listen_host` (where the emulator
+    listens: loopback, unless `sam local`'s containers must reach it, see `runtime_files.container_reachable_host`),
+    `bwrap` (the bubblewrap binary of the test sandbox; default AGENT_JOBS_BWRAP, else `bwrap` on PATH), `remotes_root`
+    (both functions'
     WORKSPACES_REMOTE_ROOT: a tenant's file-system remotes lie under `<remotes_root>/<tenantId>/`; default `remotes`
     beside a given `workspaces_root`, else a new temporary folder) and `allowed_private_hosts` (both functions'
     ALLOWED_PRIVATE_HOSTS: host:port
@@ -106,6 +109,7 @@ class LocalRuntime:
         extra_worker_env: Mapping[str, str] | None = None,
         region: str = DEFAULT_REGION,
         emulator_log: Path | None = None,
+        listen_host: str = DEFAULT_HOST,
         bwrap: str | None = None,
         remotes_root: Path | None = None,
         allowed_private_hosts: Sequence[str] = (),
@@ -128,6 +132,7 @@ class LocalRuntime:
         self.extra_worker_env = dict(extra_worker_env or {})
         self.region = region
         self.emulator_log = emulator_log
+        self.listen_host = listen_host
         self.bwrap = bwrap
         self._given_endpoint = endpoint_url
         self._emulator: Emulator | None = None
@@ -153,7 +158,7 @@ class LocalRuntime:
 
     def _start(self) -> None:
         if self._given_endpoint is None:
-            self._emulator = Emulator(log_path=self.emulator_log).start()
+            self._emulator = Emulator(host=self.listen_host, log_path=self.emulator_log).start()
             self._endpoint_url = self._emulator.url
         model = TemplateModel.from_path(
             self.template_path,
@@ -304,11 +309,17 @@ class LocalRuntime:
     def write_env_file(self, path: Path, endpoint_for_containers: str | None = None) -> Path:
         """Write a `sam local invoke --env-vars` / `sam local start-api --env-vars` file for these resources (see
         `runtime_files.write_env_file`). AWS_ENDPOINT_URL is `endpoint_for_containers`, default the emulator's URL
-        with its loopback host replaced by host.docker.internal (how a function's container reaches this machine)."""
+        with its host replaced by host.docker.internal (how a function's container reaches this machine); the
+        producer's LOCAL_JWT_PUBLIC_KEY is the development key's public half (tokens of `agent_jobs_local token`);
+        WORKSPACES_REMOTE_ROOT is this stack's, against which its registrations were checked."""
         endpoint = endpoint_for_containers
         if endpoint is None and self._endpoint_url is not None:
-            endpoint = container_endpoint(self._endpoint_url)
-        return write_env_file(path, self.model, self.resources, endpoint)
+            endpoint = container_endpoint(self._endpoint_url, (self.listen_host,))
+        local_values = {
+            "LOCAL_JWT_PUBLIC_KEY": public_key_pem(dev_signing_key().public_key),
+            "WORKSPACES_REMOTE_ROOT": str(self.remotes_root),
+        }
+        return write_env_file(path, self.model, self.resources, endpoint, local_values)
 
 
 __all__ = [

@@ -8,7 +8,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dulwich.objects import Blob, Commit, Tree
+from dulwich.index import commit_tree
+from dulwich.objects import Blob, Commit
 from dulwich.refs import Ref
 from dulwich.repo import Repo
 
@@ -35,25 +36,25 @@ def remote_path(remotes_root: Path, workspace_id: str, tenant_id: str = DEFAULT_
 
 
 def create_remote(path: Path, workspace_id: str, files: Mapping[str, bytes] | None = None) -> Path:
-    """A bare git repository at `path` (absolute) whose `main` has one commit with a README.md (and `files`, top-level
-    names to contents), as a person who created the repository would leave it. Returns the path."""
+    """A bare git repository at `path` (absolute) whose `main` has one commit with a README.md (and `files`, paths
+    such as `src/app.py` to contents; a README.md among them replaces the default one), as a person who created the
+    repository would leave it. Returns the path."""
     path = path.resolve()
     path.mkdir(parents=True, exist_ok=False)
     with Repo.init_bare(str(path)) as repo:
         readme = Blob.from_string(f"# {workspace_id}\n\nA workspace of the Agent Jobs demo.\n".encode())
         blobs = {"README.md": readme, **{name: Blob.from_string(content) for name, content in (files or {}).items()}}
-        tree = Tree()
-        for name, blob in blobs.items():
-            tree.add(name.encode(), 0o100644, blob.id)
+        for blob in blobs.values():
+            repo.object_store.add_object(blob)
+        tree_id = commit_tree(repo.object_store, [(name.encode(), blob.id, 0o100644) for name, blob in blobs.items()])
         commit = Commit()
-        commit.tree = tree.id
+        commit.tree = tree_id
         commit.parents = []
         commit.author = commit.committer = b"Demo Maintainer <maintainer@example.com>"
         commit.author_time = commit.commit_time = int(time.time())
         commit.author_timezone = commit.commit_timezone = 0
         commit.message = b"Initial commit\n"
-        for obj in (*blobs.values(), tree, commit):
-            repo.object_store.add_object(obj)
+        repo.object_store.add_object(commit)
         main = Ref(f"refs/heads/{BASE_BRANCH}".encode())
         repo.refs[main] = commit.id
         repo.refs.set_symbolic_ref(Ref(b"HEAD"), main)

@@ -7,11 +7,13 @@ works.
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import sys
 import threading
 from pathlib import Path
 from typing import Annotated, Any, Final
+from urllib.parse import urlsplit
 
 import typer
 from rich.console import Console
@@ -97,28 +99,50 @@ def local(
         ),
     ] = Path(".local/logs"),
     time_scale: Annotated[float, typer.Option("--time-scale")] = 1.0,
-    tenant: Annotated[str, typer.Option("--tenant", help="The tenant of the printed tokens.")] = DEFAULT_TENANT,
+    tenant: Annotated[str | None, typer.Option("--tenant", help="The tenant of the printed tokens.")] = None,
+    sam_local: Annotated[
+        bool,
+        typer.Option(
+            "--sam-local",
+            help="For `sam local`: serve the emulator where its containers reach this machine (the docker bridge's"
+            " address on Linux) and register the events/ files' workspaces for their tenant (tenant-demo, then the"
+            " default --tenant).",
+        ),
+    ] = False,
 ) -> None:
     """Run the stack for manual use (curl the API, watch the worker) until Ctrl-C; writes env.local.json (sam local)
     and .agent-jobs/local.json (agent-jobs)."""
     importable_like_sam_local()
     from agent_jobs_local.runtime import LocalRuntime
+    from agent_jobs_local.runtime_files import LOOPBACK, container_reachable_host
+    from agent_jobs_local.sam_local import SAMPLE_TENANT, SampleWorkspaces
 
     console = Console(stderr=True)
     workspaces_root.mkdir(parents=True, exist_ok=True)
     log_dir.mkdir(parents=True, exist_ok=True)
     # As a Lambda function's output goes to its log group: the terminal keeps the stack and its counts.
     log_hook = "agent_jobs_local.faults:log_to_file"
-    with LocalRuntime(
-        endpoint_url=endpoint_url,
-        api_port=api_port,
-        workspaces_root=workspaces_root.resolve(),
-        time_scale=time_scale,
-        worker_bootstrap=log_hook,
-        bootstrap_config={"log_dir": str(log_dir.resolve()), "name": "worker"},
-        api_bootstrap=log_hook,
-        api_bootstrap_config={"log_dir": str(log_dir.resolve()), "name": "api"},
-    ) as runtime:
+    listen_host = container_reachable_host() if sam_local else LOOPBACK
+    tenant = tenant or (SAMPLE_TENANT if sam_local else DEFAULT_TENANT)
+    with contextlib.ExitStack() as stack:
+        remotes_root = workspaces_root.resolve().parent / "remotes"
+        samples = stack.enter_context(SampleWorkspaces(remotes_root)) if sam_local else None
+        runtime = stack.enter_context(
+            LocalRuntime(
+                endpoint_url=endpoint_url,
+                api_port=api_port,
+                workspaces_root=workspaces_root.resolve(),
+                time_scale=time_scale,
+                worker_bootstrap=log_hook,
+                bootstrap_config={"log_dir": str(log_dir.resolve()), "name": "worker"},
+                api_bootstrap=log_hook,
+                api_bootstrap_config={"log_dir": str(log_dir.resolve()), "name": "api"},
+                listen_host=listen_host,
+                allowed_private_hosts=[urlsplit(samples.github.url).netloc] if samples else (),
+            )
+        )
+        if samples is not None:
+            samples.register(runtime.api_url)
         runtime.write_env_file(env_file)
         runtime.write_connection_file(connection_file)
         print_stack(
@@ -127,6 +151,11 @@ def local(
         console.print(
             f"  logs         {log_dir}  (the worker's and the API's logs, metrics, warnings: tail -f {log_dir}/*.log)"
         )
+        if samples is not None:
+            console.print(
+                f"  sam local    {env_file} (--env-vars); the events' workspaces {', '.join(samples.remotes)} of"
+                f" {SAMPLE_TENANT} registered (their pull requests go to a fake GitHub at {samples.github.url})"
+            )
         print_local_tokens(console, runtime.api_url, tenant)
         console.print("Ctrl-C stops everything.")
         stop = threading.Event()

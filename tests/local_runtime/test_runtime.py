@@ -12,9 +12,10 @@ from typing import Any
 import boto3
 import pytest
 
-from agent_jobs_local.auth import mint_token
+from agent_jobs_local.auth import dev_signing_key, mint_token, public_key_pem
 from agent_jobs_local.demo import demo_concurrency, remote_branches
 from agent_jobs_local.runtime import LocalRuntime, container_endpoint, scale_durations
+from agent_jobs_local.runtime_files import container_reachable_host
 from agent_jobs_local.template import TemplateModel
 from agent_jobs_local.workload import create_remote, register_workspaces, remote_path
 from tests.conftest import make_job
@@ -139,6 +140,28 @@ def test_runtime_writes_a_sam_local_env_file(tmp_path: Path) -> None:
     # sam local runs the functions with their real Timeout, so the file has the template's unscaled values
     assert document["JobWorkerFunction"]["TIME_SAFETY_MARGIN_MS"] == "10000"
     assert "WORKSPACES_ROOT" not in document["JobWorkerFunction"]
+    # the producer verifies bearer tokens itself under `sam local start-api`: against the development key's public half
+    assert document["EnqueueApiFunction"]["LOCAL_JWT_PUBLIC_KEY"] == public_key_pem(dev_signing_key().public_key)
+    assert "PRIVATE KEY" not in path.read_text()
+    assert "LOCAL_JWT_PUBLIC_KEY" not in document["JobWorkerFunction"]
+
+
+def test_runtime_serves_the_emulator_where_containers_reach_it(tmp_path: Path) -> None:
+    # Given the address a container reaches this machine by (the docker bridge's on Linux; loopback without one)
+    host = container_reachable_host()
+
+    with LocalRuntime(workspaces_root=tmp_path / "ws", listen_host=host) as runtime:
+        path = runtime.write_env_file(tmp_path / "env.json")
+        endpoint = str(runtime.endpoint_url)
+        with urllib.request.urlopen(f"{endpoint}/moto-api/data.json", timeout=10) as answer:
+            status = answer.status
+
+    assert endpoint.startswith(f"http://{host}:")
+    assert status == 200
+    # containers name it host.docker.internal (`--add-host host.docker.internal:host-gateway` on Linux)
+    port = endpoint.rsplit(":", 1)[1]
+    for environment in json.loads(path.read_text()).values():
+        assert environment["AWS_ENDPOINT_URL"] == f"http://host.docker.internal:{port}"
 
 
 def test_runtime_scales_only_the_duration_settings() -> None:
