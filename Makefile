@@ -15,7 +15,7 @@ export SAM_CLI_TELEMETRY := 0
 export PATH := $(abspath $(BIN)):$(PATH)
 
 .PHONY: help venv hooks sandbox-tools node-tools format lint template-lint security-lint test test-fast unit coverage schema openapi docs build \
-	build-local demo local chaos differential sim bench deploy clean
+	build-local sam-local demo local chaos differential sim bench deploy clean
 
 help: ## list the verbs
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -110,16 +110,16 @@ docs: $(STAMP) ## regenerate docs/architecture.md's state diagram from the core'
 	PYTHONPATH=layers/shared $(BIN)/python -m agent_jobs.core.diagram --write docs/architecture.md
 
 # The functions' and the layer's instruction set, set together: the template's Architecture parameter and the layer's
-# wheels. arm64 (the default) is what is deployed, into .aws-sam/build; another goes to .aws-sam/build-<architecture>,
-# never built from sam's cache, so that `sam deploy` never picks it up by mistake.
+# wheels. arm64 (the default) is what is deployed, into .aws-sam/build; another goes to .aws-sam/build-<architecture>
+# (or BUILD_DIR), never built from sam's cache, so that `sam deploy` never picks it up by mistake.
 ARCHITECTURE ?= arm64
-# This machine's, for `sam local` (arm64 on an x86_64 machine runs under emulation, too slowly for the Timeouts).
-HOST_ARCHITECTURE := $(shell uname -m | sed 's/^aarch64$$/arm64/; s/^amd64$$/x86_64/')
+BUILD_DIR ?= $(if $(filter arm64,$(ARCHITECTURE)),.aws-sam/build,.aws-sam/build-$(ARCHITECTURE))
+SAM_CACHED = $(and $(filter arm64,$(ARCHITECTURE)),$(filter .aws-sam/build,$(BUILD_DIR)))
 
-build: $(STAMP) ## sam build for ARCHITECTURE (arm64, as deployed; x86_64 into .aws-sam/build-x86_64 for sam local)
+build: $(STAMP) ## sam build for ARCHITECTURE (arm64, as deployed; x86_64 for sam local on such a machine) into BUILD_DIR
 	@case "$(ARCHITECTURE)" in arm64|x86_64) ;; *) echo "ARCHITECTURE must be arm64 or x86_64" >&2; exit 1 ;; esac
 	ARCHITECTURE=$(ARCHITECTURE) $(BIN)/sam build --parameter-overrides Architecture=$(ARCHITECTURE) \
-		$(if $(filter arm64,$(ARCHITECTURE)),,--no-cached --build-dir .aws-sam/build-$(ARCHITECTURE))
+		--build-dir $(BUILD_DIR) $(if $(SAM_CACHED),,--no-cached)
 
 build-local: $(STAMP) ## sam build with the layer's wheels for this machine (to run the built handlers here)
 	LAYER_PLATFORM=manylinux2014_$$(uname -m) LAYER_PYTHON_VERSION=$$($(BIN)/python -c 'import sys; print("%d.%d" % sys.version_info[:2])') \
@@ -144,6 +144,12 @@ sim: $(STAMP) ## the deterministic simulation: SEEDS seeds with faults at every 
 
 bench: $(STAMP) ## benchmarks against the naive pattern measured in the same run; rewrites BENCHMARKS.md
 	$(BIN)/python -m agent_jobs_bench --output BENCHMARKS.md
+
+# The README's `sam local` commands, run for real (tests/sam_local): Docker (installed and started as root when
+# missing), the Lambda Python base image (built by tools/build_lambda_image.sh when it cannot be pulled), a build for
+# this machine, the local stack, every `sam local invoke` on the events/ files and `sam local start-api`.
+sam-local: sandbox-tools $(STAMP) ## run the README's sam local commands for real and check their answers (needs Docker)
+	$(BIN)/python -m pytest tests/sam_local -m sam_local -s -q
 
 deploy: build ## sam deploy with samconfig.toml defaults
 	$(BIN)/sam deploy
