@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Final
+from urllib.parse import urlsplit
 
 from agent_jobs_local.fake_github import FakeGitHub
 from agent_jobs_local.workload_plan import GITHUB_OWNER
@@ -33,8 +34,9 @@ SAMPLE_WORKSPACES: Final[Mapping[str, Mapping[str, bytes]]] = {
 
 class SampleWorkspaces:
     """The sample workspaces' remotes under `remotes_root` (the stack's WORKSPACES_REMOTE_ROOT) and their fake GitHub.
-    `start()` creates the remotes anew (a new stack starts from the first commits) and serves the fake GitHub;
-    `register(api_url)` registers every workspace through the local API for SAMPLE_TENANT."""
+    `start()` creates the remotes anew (a new stack starts from the first commits) and serves the fake GitHub, which
+    the stack must allow (`allowed_private_hosts`); `register(api_url)` registers every workspace through the local
+    API for SAMPLE_TENANT."""
 
     def __init__(self, remotes_root: Path) -> None:
         self.remotes_root = remotes_root
@@ -53,6 +55,11 @@ class SampleWorkspaces:
 
     def stop(self) -> None:
         self.github.stop()
+
+    @property
+    def allowed_private_hosts(self) -> list[str]:
+        """The fake GitHub's host:port, which the stack's ALLOWED_PRIVATE_HOSTS must name for the registrations."""
+        return [urlsplit(self.github.url).netloc]
 
     def register(self, api_url: str) -> dict[str, int]:
         """Register every sample workspace through the API at `api_url`; workspace -> status (201, or 200)."""

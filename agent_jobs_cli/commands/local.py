@@ -13,7 +13,6 @@ import sys
 import threading
 from pathlib import Path
 from typing import Annotated, Any, Final
-from urllib.parse import urlsplit
 
 import typer
 from rich.console import Console
@@ -138,7 +137,7 @@ def local(
                 api_bootstrap=log_hook,
                 api_bootstrap_config={"log_dir": str(log_dir.resolve()), "name": "api"},
                 listen_host=listen_host,
-                allowed_private_hosts=[urlsplit(samples.github.url).netloc] if samples else (),
+                allowed_private_hosts=samples.allowed_private_hosts if samples else (),
             )
         )
         if samples is not None:

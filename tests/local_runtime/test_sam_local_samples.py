@@ -1,0 +1,75 @@
+"""`make local --sam-local` without Docker: the events' workspaces registered for the events' tenant, with the first
+commits their patches apply to; the address the emulator is served on for containers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from agent_jobs_local.runtime import LocalRuntime
+from agent_jobs_local.runtime_files import LOOPBACK, container_reachable_host
+from agent_jobs_local.sam_local import SAMPLE_TENANT, SAMPLE_WORKSPACES, SampleWorkspaces
+
+EVENTS = Path(__file__).resolve().parents[2] / "events"
+
+
+def event_jobs() -> list[dict[str, Any]]:
+    """Every valid job of events/: the SQS records' bodies and the HTTP events' job bodies (not the invalid one's)."""
+    jobs: list[dict[str, Any]] = []
+    for path in sorted(set(EVENTS.glob("*.json")) - {EVENTS / "http_post_job_invalid.json"}):
+        event = json.loads(path.read_text())
+        jobs += [json.loads(record["body"]) for record in event.get("Records", [])]
+        if event.get("routeKey") == "POST /jobs":
+            jobs.append(json.loads(event["body"]))
+    return jobs
+
+
+def test_every_event_names_the_sample_tenant_and_a_sample_workspace() -> None:
+    jobs = event_jobs()
+    assert jobs
+    assert {job["workspaceId"] for job in jobs} <= set(SAMPLE_WORKSPACES)
+    for job in jobs:
+        assert job.get("tenantId", SAMPLE_TENANT) == SAMPLE_TENANT
+    for path in EVENTS.glob("http_*.json"):
+        claims = json.loads(path.read_text())["requestContext"]["authorizer"]["jwt"]["claims"]
+        assert claims["tenant_id"] == SAMPLE_TENANT, path.name
+    assert json.loads((EVENTS / "sandbox_run_tests.json").read_text())["tenantId"] == SAMPLE_TENANT
+
+
+def test_sam_local_registers_the_events_workspaces_with_the_files_their_patches_change(tmp_path: Path) -> None:
+    # Given the local stack with --sam-local's sample workspaces, registered as the command does
+    with (
+        SampleWorkspaces(tmp_path / "remotes") as samples,
+        LocalRuntime(
+            workspaces_root=tmp_path / "workspaces",
+            remotes_root=tmp_path / "remotes",
+            allowed_private_hosts=samples.allowed_private_hosts,
+        ) as runtime,
+    ):
+        statuses = samples.register(runtime.api_url)
+        table = runtime.resources.table_name
+        items = {
+            workspace_id: runtime._clients().dynamodb.get_item(
+                TableName=table, Key={"pk": {"S": f"ws#{workspace_id}"}}, ConsistentRead=True
+            )["Item"]
+            for workspace_id in SAMPLE_WORKSPACES
+        }
+
+    # Then every sample workspace is the sample tenant's, its remote in the tenant's folder of the remotes root
+    assert statuses == dict.fromkeys(SAMPLE_WORKSPACES, 201)
+    for workspace_id, item in items.items():
+        assert item["tenantId"]["S"] == SAMPLE_TENANT
+        assert item["remoteUrl"]["S"] == str(tmp_path / "remotes" / SAMPLE_TENANT / f"{workspace_id}.git")
+    # and each patch of the events finds, in its workspace's first commit, the lines it removes or its context
+    for job in event_jobs():
+        if job["type"] != "apply_patch":
+            continue
+        files = SAMPLE_WORKSPACES[job["workspaceId"]]
+        for line in job["payload"]["patch"].splitlines():
+            if line.startswith(("-", " ")) and not line.startswith("---"):
+                assert any(line[1:].encode() in content for content in files.values()), (job["jobId"], line)
+
+
+def test_containers_reach_loopback_when_no_docker_bridge_is_here() -> None:
+    assert container_reachable_host(docker="no-such-docker-command") == LOOPBACK
