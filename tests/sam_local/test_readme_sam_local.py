@@ -9,6 +9,7 @@ import json
 import os
 import shlex
 import signal
+import socket
 import subprocess
 import time
 import urllib.error
@@ -103,10 +104,19 @@ def _stop_group(process: subprocess.Popen[bytes]) -> None:
             time.sleep(0.5)
 
 
+def _port_taken(port: int) -> bool:
+    with socket.socket() as probe:
+        return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
 @pytest.fixture(scope="module")
 def readme_run(
     lambda_image: str, command_line_tools: None, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ScriptRun]:
+    # The commands use the local API's port 3000 and start-api's 3001; taken, the first `until` would wait forever.
+    taken = [port for port in (3000, 3001) if _port_taken(port)]
+    if taken:
+        pytest.fail(f"the README's commands need port {' and '.join(map(str, taken))}, in use (another `make local`?)")
     folder = tmp_path_factory.mktemp("sam-local")
     script = folder / "readme.sh"
     script.write_text(_script(folder))
