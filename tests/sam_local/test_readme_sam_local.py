@@ -89,8 +89,9 @@ def _script(folder: Path) -> str:
 
 
 def _stop_group(process: subprocess.Popen[bytes]) -> None:
-    """Stop what the script left running (the local stack, sam local start-api): its process group, Ctrl-C first."""
-    for signal_number, wait in ((signal.SIGINT, 10), (signal.SIGTERM, 10), (signal.SIGKILL, 5)):
+    """Stop what the script left running (the local stack, sam local start-api): its process group, SIGTERM first
+    (a script's background commands ignore SIGINT, as bash starts them)."""
+    for signal_number, wait in ((signal.SIGTERM, 20), (signal.SIGKILL, 5)):
         try:
             os.killpg(process.pid, signal_number)
         except ProcessLookupError:
