@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import signal
 import socket
@@ -24,6 +25,7 @@ import pytest
 from boto3.dynamodb.types import TypeDeserializer
 
 from agent_jobs_local.auth import mint_token
+from tests.documentation import doc_section
 from tests.sam_local.commands import COMMANDS, normalized, readme_commands
 from tests.sam_local.conftest import REPO, lambda_architecture
 
@@ -37,6 +39,13 @@ DUPLICATE_SQS_EVENT = REPO / "events" / "sqs_fifo_duplicate_delivery.json"
 
 def test_readme_shows_exactly_the_commands_this_suite_runs() -> None:
     assert readme_commands() == [normalized(command) for command in COMMANDS]
+
+
+def test_readme_commands_paste_into_zsh_too() -> None:
+    # Interactive zsh (macOS's shell) takes `#` literally unless INTERACTIVE_COMMENTS is set: no comments in the block
+    block = re.search(r"```sh\n(.*?)```", doc_section("README.md", "`sam local`"), flags=re.DOTALL)
+    assert block is not None
+    assert [line for line in block.group(1).splitlines() if re.search(r"(^|\s)#", line)] == []
 
 
 def test_readme_commands_parser_joins_continuations_and_drops_comments() -> None:
