@@ -2,7 +2,7 @@
 
 Every test in this folder is marked `sam_local` (and `build`, so `make test-fast` leaves them out with the other `sam
 build` tests); `make sam-local` runs them alone. They need Docker: when it is missing and this runs as root with
-apt-get (CI), Debian's docker.io is installed and its daemon started for the session; the base image SAM runs the
+apt-get (CI), Debian's docker.io is installed and its daemon started for the test run; the base image SAM runs the
 functions in is pulled, or, when no registry can be reached, built from Debian packages and PyPI by
 tools/build_lambda_image.sh under the same name. Only where no container engine can run at all are the tests skipped,
 saying why.
@@ -74,7 +74,7 @@ def _apt_install(*packages: str) -> str | None:
 @pytest.fixture(scope="session")
 def docker_engine() -> Iterator[None]:
     """A Docker daemon that answers: the one running, else Debian's docker.io installed (as root) and its daemon
-    started for this session (stopped at its end)."""
+    started for this test run (stopped at its end)."""
     started: subprocess.Popen[bytes] | None = None
     if not _docker_answers():
         if shutil.which("dockerd") is None:
