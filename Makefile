@@ -15,12 +15,12 @@ export SAM_CLI_TELEMETRY := 0
 export PATH := $(abspath $(BIN)):$(PATH)
 
 .PHONY: help venv hooks sandbox-tools node-tools format lint template-lint security-lint test test-fast unit coverage schema openapi docs build \
-	build-local sam-local demo local chaos differential sim bench deploy clean
+	build-local build-sam-local sam-local demo local chaos differential sim bench deploy clean
 
 help: ## list the verbs
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
 
-$(STAMP): requirements-dev.txt layers/shared/requirements.txt
+$(STAMP): requirements-dev.txt layers/shared/requirements.txt layers/shared/requirements-sam-local.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -r requirements-dev.txt
@@ -114,12 +114,20 @@ docs: $(STAMP) ## regenerate docs/architecture.md's state diagram from the core'
 # (or BUILD_DIR), never built from sam's cache, so that `sam deploy` never picks it up by mistake.
 ARCHITECTURE ?= arm64
 BUILD_DIR ?= $(if $(filter arm64,$(ARCHITECTURE)),.aws-sam/build,.aws-sam/build-$(ARCHITECTURE))
-SAM_CACHED = $(and $(filter arm64,$(ARCHITECTURE)),$(filter .aws-sam/build,$(BUILD_DIR)))
+SAM_CACHED = $(if $(SAM_LOCAL),,$(and $(filter arm64,$(ARCHITECTURE)),$(filter .aws-sam/build,$(BUILD_DIR))))
+# Set by build-sam-local: the layer also gets layers/shared/requirements-sam-local.txt.
+SAM_LOCAL ?=
 
 build: $(STAMP) ## sam build for ARCHITECTURE (arm64, as deployed; x86_64 for sam local on such a machine) into BUILD_DIR
 	@case "$(ARCHITECTURE)" in arm64|x86_64) ;; *) echo "ARCHITECTURE must be arm64 or x86_64" >&2; exit 1 ;; esac
-	ARCHITECTURE=$(ARCHITECTURE) $(BIN)/sam build --parameter-overrides Architecture=$(ARCHITECTURE) \
+	ARCHITECTURE=$(ARCHITECTURE) SAM_LOCAL=$(SAM_LOCAL) $(BIN)/sam build --parameter-overrides Architecture=$(ARCHITECTURE) \
 		--build-dir $(BUILD_DIR) $(if $(SAM_CACHED),,--no-cached)
+
+# What `sam local` runs: this machine's architecture, and the layer with what the functions need only there (the
+# producer's own token check under `sam local start-api`), into .aws-sam/sam-local; never deployed.
+build-sam-local: $(STAMP) ## sam build for sam local: this machine's architecture, into .aws-sam/sam-local
+	$(MAKE) build ARCHITECTURE=$$(uname -m | sed 's/^aarch64$$/arm64/; s/^amd64$$/x86_64/') \
+		BUILD_DIR=.aws-sam/sam-local SAM_LOCAL=1
 
 build-local: $(STAMP) ## sam build with the layer's wheels for this machine (to run the built handlers here)
 	LAYER_PLATFORM=manylinux2014_$$(uname -m) LAYER_PYTHON_VERSION=$$($(BIN)/python -c 'import sys; print("%d.%d" % sys.version_info[:2])') \

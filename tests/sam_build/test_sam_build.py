@@ -128,3 +128,10 @@ def test_sam_build_ships_the_sandbox_alone_without_the_layers_package(arm64_buil
         for package in ("agent_jobs", "boto3", "botocore", "aws_lambda_powertools", "pydantic"):
             assert f"import {package}" not in text, (path.name, package)
             assert f"from {package}" not in text, (path.name, package)
+
+
+def test_the_deployed_layer_carries_nothing_only_sam_local_needs(arm64_build_dir: Path) -> None:
+    # PyJWT and cryptography verify tokens only under `sam local` (layers/shared/requirements-sam-local.txt)
+    layer_python = arm64_build_dir / "SharedLayer" / "python"
+    assert not (layer_python / "jwt").exists()
+    assert not (layer_python / "cryptography").exists()

@@ -20,7 +20,7 @@ START_API_JOB: Final = (
 COMMANDS: Final = [
     'make venv && export PATH="$PWD/.venv/bin:$PATH"',
     "ARCH=$(uname -m | sed s/aarch64/arm64/)",
-    "make build ARCHITECTURE=$ARCH BUILD_DIR=.aws-sam/sam-local",
+    "make build-sam-local",
     "rm -f env.local.json",
     "make local LOCAL_ARGS=--sam-local &",
     "until [ -f env.local.json ]; do sleep 1; done",

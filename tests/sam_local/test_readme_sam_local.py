@@ -26,6 +26,7 @@ from boto3.dynamodb.types import TypeDeserializer
 
 from agent_jobs_local.auth import mint_token
 from tests.documentation import doc_section
+from tests.sam_build.test_sam_build import ELF_MACHINE_AARCH64, ELF_MACHINE_X86_64, elf_machine
 from tests.sam_local.commands import COMMANDS, normalized, readme_commands
 from tests.sam_local.conftest import REPO, lambda_architecture
 
@@ -207,6 +208,10 @@ def test_readme_commands_run_and_answer_as_documented(readme_run: ScriptRun) -> 
     layer = REPO / ".aws-sam" / "sam-local" / "SharedLayer" / "python" / "pydantic_core"
     machine = "x86_64" if architecture == "x86_64" else "aarch64"
     assert any(f"-{machine}-linux-gnu" in path.name for path in layer.glob("_pydantic_core*.so"))
+    # with what only sam local needs: the producer's own token check
+    assert (layer.parent / "jwt").is_dir()
+    (rust_bindings,) = (layer.parent / "cryptography").rglob("_rust*.so")
+    assert elf_machine(rust_bindings) == (ELF_MACHINE_X86_64 if architecture == "x86_64" else ELF_MACHINE_AARCH64)
 
     # the local stack registered the events' workspaces for their tenant, and wrote the env file containers need
     env_file = json.loads((REPO / "env.local.json").read_text())
