@@ -155,6 +155,23 @@ def hs256_token(claims: dict[str, Any], secret: bytes, kid: str) -> str:
     return f"{signing_input}.{part(hmac.new(secret, signing_input.encode(), hashlib.sha256).digest())}"
 
 
+@pytest.mark.parametrize(
+    "value",
+    ["-----BEGIN PUBLIC KEY-----\nbm90IGEga2V5\n-----END PUBLIC KEY-----\n", "not a key at all"],
+    ids=["broken PEM", "no PEM"],
+)
+def test_sam_local_with_an_unusable_key_verifies_nothing(
+    sam_local: Stack, monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    monkeypatch.setenv("LOCAL_JWT_PUBLIC_KEY", value)
+    app.reset_services()
+
+    status, body = invoke(start_api_event(bearer(mint_token(TENANT))))
+
+    assert status == 401, body
+    assert queued(sam_local) == 0
+
+
 def forged_tokens(dev_key: DevSigningKey) -> dict[str, str]:
     """Tokens an attacker can make without the development key's private half."""
     now = int(time.time())

@@ -17,6 +17,8 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING, Any
 
+from .context import logger
+
 if TYPE_CHECKING:
     from agent_jobs.bearer_tokens import JwtVerifier
     from agent_jobs.settings import Settings
@@ -31,9 +33,19 @@ def with_local_authorizer(event: dict[str, Any], settings: Settings) -> dict[str
     request_context = event.get("requestContext")
     if not isinstance(request_context, dict) or request_context.get("authorizer"):
         return event
+    try:
+        verifier = _verifier(public_key)
+    except (ImportError, ValueError) as unusable:
+        # A layer built without requirements-sam-local.txt, or a value that is no RSA public key: nothing verifies.
+        logger.error(
+            "LOCAL_JWT_PUBLIC_KEY is set but tokens cannot be verified: build with `make build-sam-local` and use the"
+            " env file `make local` writes",
+            extra={"reason": repr(unusable)},
+        )
+        return event
     headers = {str(name).lower(): value for name, value in (event.get("headers") or {}).items()}
     authorization = headers.get("authorization")
-    claims = _verifier(public_key)({"authorization": authorization} if isinstance(authorization, str) else {})
+    claims = verifier({"authorization": authorization} if isinstance(authorization, str) else {})
     if claims is None:
         return event
     authorizer = {"jwt": {"claims": {name: _claim_text(value) for name, value in claims.items()}, "scopes": None}}
