@@ -115,26 +115,24 @@ def test_outside_sam_local_a_token_is_never_verified_by_the_function(
     sam_local: Stack, monkeypatch: pytest.MonkeyPatch, value: str | None
 ) -> None:
     # Given everything but AWS_SAM_LOCAL exactly "true" (Lambda never sets it; API Gateway verifies tokens there)
-    if value is None:
-        monkeypatch.delenv("AWS_SAM_LOCAL")
-    else:
-        monkeypatch.setenv("AWS_SAM_LOCAL", value)
-    app.reset_services()
-
-    status, _ = invoke(start_api_event(bearer(mint_token(TENANT))))
-
-    assert status == 401
-    assert queued(sam_local) == 0
+    assert_a_valid_token_is_refused(sam_local, monkeypatch, "AWS_SAM_LOCAL", value)
 
 
 @pytest.mark.parametrize("value", [None, "", "   "])
 def test_sam_local_without_a_public_key_verifies_nothing(
     sam_local: Stack, monkeypatch: pytest.MonkeyPatch, value: str | None
 ) -> None:
+    assert_a_valid_token_is_refused(sam_local, monkeypatch, "LOCAL_JWT_PUBLIC_KEY", value)
+
+
+def assert_a_valid_token_is_refused(
+    sam_local: Stack, monkeypatch: pytest.MonkeyPatch, variable: str, value: str | None
+) -> None:
+    """With `variable` set to `value` (None: unset), a valid token of the tenant gets 401 and queues nothing."""
     if value is None:
-        monkeypatch.delenv("LOCAL_JWT_PUBLIC_KEY")
+        monkeypatch.delenv(variable)
     else:
-        monkeypatch.setenv("LOCAL_JWT_PUBLIC_KEY", value)
+        monkeypatch.setenv(variable, value)
     app.reset_services()
 
     status, _ = invoke(start_api_event(bearer(mint_token(TENANT))))
