@@ -1,0 +1,193 @@
+"""Git's smart HTTP over TLS for `sam local` (`agent-jobs local --sam-local`): the sample workspaces' remotes, served
+where `sam local`'s containers reach this machine, so that a worker run by `sam local invoke` fetches and pushes them.
+
+A container sees none of this machine's folders, so a file-system remote is out of its reach; an https:// remote on
+host.docker.internal is not. The server (dulwich's WSGI smart-HTTP application, one thread per request) serves
+exactly the repositories it is given, each at `/<tenantId>/<name>.git`, on one address (the docker bridge's, never
+every interface). Its certificate names host.docker.internal and is signed by a local CA created once beside the
+development key (`.agent-jobs/dev-git-ca.pem`, its key mode 0600); the `sam local` env file gives the worker that CA
+(LOCAL_GIT_CA) and this server's host:port (LOCAL_GIT_SERVER), which the functions honour only under `sam local`.
+"""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import os
+import ssl
+import tempfile
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from socketserver import ThreadingMixIn
+from typing import Final
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from dulwich.repo import Repo
+from dulwich.server import BackendRepo, DictBackend
+from dulwich.web import WSGIRequestHandlerLogger, WSGIServerLogger, make_server, make_wsgi_chain
+
+from agent_jobs_local.auth import dev_key_path
+from agent_jobs_local.runtime_files import CONTAINER_HOST
+
+CA_NAME: Final = "Agent Jobs local git CA"
+CA_VALID_DAYS: Final = 3650
+SERVER_VALID_DAYS: Final = 30
+
+
+@dataclass(frozen=True)
+class LocalCa:
+    """The local CA: its certificate (PEM, what the worker trusts) and its key (signs the server's certificate)."""
+
+    certificate: x509.Certificate
+    key: ec.EllipticCurvePrivateKey
+
+    @property
+    def certificate_pem(self) -> str:
+        return self.certificate.public_bytes(serialization.Encoding.PEM).decode()
+
+
+def local_ca_path() -> Path:
+    """Where the local CA lives: beside the development key (`.agent-jobs/dev-git-ca.pem`)."""
+    return dev_key_path().parent / "dev-git-ca.pem"
+
+
+def local_ca(path: Path | None = None) -> LocalCa:
+    """The local CA at `path` (default `local_ca_path()`: key and certificate in one file), created if there is none."""
+    path = path or local_ca_path()
+    if path.exists():
+        data = path.read_bytes()
+        key = serialization.load_pem_private_key(data, password=None)
+        if isinstance(key, ec.EllipticCurvePrivateKey):
+            return LocalCa(x509.load_pem_x509_certificate(data), key)
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, CA_NAME)])
+    now = datetime.datetime.now(datetime.UTC)
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=CA_VALID_DAYS))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .add_extension(
+            x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True
+        )  # key_cert_sign, crl_sign
+        .sign(key, hashes.SHA256())
+    )
+    key_pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "wb") as file:
+        file.write(key_pem + certificate.public_bytes(serialization.Encoding.PEM))
+    return LocalCa(certificate, key)
+
+
+def server_certificate(ca: LocalCa, host: str) -> tuple[bytes, bytes]:
+    """A certificate (PEM) and its key (PEM) for host.docker.internal and the address `host`, signed by `ca`."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.UTC)
+    names: list[x509.GeneralName] = [x509.DNSName(CONTAINER_HOST)]
+    try:
+        names.append(x509.IPAddress(ipaddress.ip_address(host)))
+    except ValueError:
+        names.append(x509.DNSName(host))
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, CONTAINER_HOST)]))
+        .issuer_name(ca.certificate.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=SERVER_VALID_DAYS))
+        .add_extension(x509.SubjectAlternativeName(names), critical=False)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        # Python's strict verification (3.13) wants both key identifiers.
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca.certificate.public_key()),  # type: ignore[arg-type]
+            critical=False,
+        )
+        .sign(ca.key, hashes.SHA256())
+    )
+    key_pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    return certificate.public_bytes(serialization.Encoding.PEM), key_pem
+
+
+class _ThreadingGitServer(ThreadingMixIn, WSGIServerLogger):
+    daemon_threads = True
+
+
+class GitHttpsServer:
+    """Smart HTTP over TLS for `repositories` (`/<tenantId>/<name>.git` -> bare repository folder) on `host`."""
+
+    def __init__(self, repositories: Mapping[str, Path], host: str, ca: LocalCa | None = None, port: int = 0) -> None:
+        if host in ("0.0.0.0", "::", ""):
+            raise ValueError("the git server listens on one address, never every interface")
+        self.repositories = dict(repositories)
+        self.host = host
+        self.ca = ca or local_ca()
+        self._port = port
+        self._server: _ThreadingGitServer | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        if self._server is None:
+            raise RuntimeError("the git server is not started")
+        return int(self._server.server_address[1])
+
+    @property
+    def container_netloc(self) -> str:
+        """host:port as a `sam local` container names this server (LOCAL_GIT_SERVER)."""
+        return f"{CONTAINER_HOST}:{self.port}"
+
+    def container_url(self, path: str) -> str:
+        """The https:// URL of the repository at `path` (`/<tenantId>/<name>.git`) as a container reaches it."""
+        return f"https://{self.container_netloc}{path}"
+
+    def start(self) -> GitHttpsServer:
+        repositories: dict[str, BackendRepo] = {path: Repo(str(folder)) for path, folder in self.repositories.items()}
+        backend = DictBackend(repositories)
+        server = make_server(
+            self.host,
+            self._port,
+            make_wsgi_chain(backend),
+            handler_class=WSGIRequestHandlerLogger,
+            server_class=_ThreadingGitServer,
+        )
+        certificate, key = server_certificate(self.ca, self.host)
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        with tempfile.TemporaryDirectory(prefix="agent-jobs-git-tls-") as folder:
+            chain = Path(folder) / "server.pem"
+            chain.write_bytes(certificate + key)
+            context.load_cert_chain(chain)
+        # The handshake happens on the request's own thread, so a client that never completes one holds up nothing.
+        server.socket = context.wrap_socket(server.socket, server_side=True, do_handshake_on_connect=False)
+        self._server = server
+        self._thread = threading.Thread(target=server.serve_forever, name="git-https", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+
+__all__ = ["GitHttpsServer", "LocalCa", "local_ca", "local_ca_path", "server_certificate"]
