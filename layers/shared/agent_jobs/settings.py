@@ -85,6 +85,11 @@ class Settings(BaseSettings):
     # when EndpointUrl is set): under `sam local`, the producer verifies bearer tokens against it itself, since SAM
     # skips the HTTP API's JWT authorizer (`local_token_public_key`).
     local_jwt_public_key: str | None = None
+    # The `sam local` git server of the sample workspaces (host:port, e.g. host.docker.internal:8443) and the PEM of the
+    # local CA that signed its certificate, from the `sam local` env file only (the template declares them only when
+    # EndpointUrl is set): see `local_git_server_settings`.
+    local_git_server: str | None = None
+    local_git_ca: str | None = None
     # First registrations a tenant may make (updates of a registration do not count).
     max_workspaces_per_tenant: Annotated[int, Field(ge=1)] = 100
     # New jobs a tenant may have accepted in one second (a batch counts each job; repeats count nothing).
@@ -129,6 +134,16 @@ class Settings(BaseSettings):
         if self.aws_sam_local != "true" or not (self.local_jwt_public_key or "").strip():
             return None
         return self.local_jwt_public_key
+
+    @property
+    def local_git_server_settings(self) -> tuple[str, str] | None:
+        """(host:port, CA PEM) of the `sam local` git server when running under `sam local` (AWS_SAM_LOCAL is "true")
+        and both are set, else None: in AWS neither ever admits a private host or adds a trusted CA."""
+        server = (self.local_git_server or "").strip().lower()
+        ca = (self.local_git_ca or "").strip()
+        if self.aws_sam_local != "true" or not server or "BEGIN CERTIFICATE" not in ca:
+            return None
+        return server, ca
 
     @property
     def max_claims(self) -> int:

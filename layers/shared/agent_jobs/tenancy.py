@@ -5,12 +5,17 @@ The API checks a registration against these bounds before storing it (a 422 nami
 again when it uses what a registration names (a registration stored before a bound existed, a name that resolves
 elsewhere by now, a symlink created since), so a registration never reaches another tenant's secrets, remotes or the
 network inside the deployment.
+
+Under `sam local` only (AWS_SAM_LOCAL is "true", see `Settings.local_git_server_settings`) one more private host is
+admitted: the local git server of the sample workspaces, and there only a repository in the registering tenant's own
+folder (`https://<host:port>/<tenantId>/<name>.git`), so that no tenant reaches another's remotes through it.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import os
+import re
 import socket
 import threading
 from collections.abc import Callable
@@ -27,6 +32,9 @@ RESOLVE_TIMEOUT_SECONDS = 2.0
 _LOCAL_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback"})
 # Shared address space (carrier-grade NAT): not private in the ipaddress module's sense, never a public service.
 _SHARED_ADDRESS_SPACE = ipaddress.ip_network("100.64.0.0/10")
+
+# A repository name on the `sam local` git server: one path segment, never '.' or '..'.
+_LOCAL_GIT_REPOSITORY = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}\.git$")
 
 Resolver = Callable[[str, int | None], list[str]]
 
@@ -82,15 +90,21 @@ class TenantBounds:
     token_prefix: str = "agent-jobs"
     remote_root: str | None = None
     allowed_private_hosts: frozenset[str] = frozenset()
+    # The `sam local` git server (host:port) and the PEM of its CA; None outside `sam local`.
+    local_git_server: str | None = None
+    local_git_ca: str | None = field(default=None, repr=False)
     # None: `resolve_host`, looked up when used.
     resolve: Resolver | None = field(default=None, compare=False)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> TenantBounds:
+        local_git = settings.local_git_server_settings
         return cls(
             token_prefix=settings.workspace_token_prefix,
             remote_root=settings.workspaces_remote_root,
             allowed_private_hosts=settings.private_hosts,
+            local_git_server=local_git[0] if local_git else None,
+            local_git_ca=local_git[1] if local_git else None,
         )
 
     # ---- tokens ------------------------------------------------------------------------------------------------------
@@ -142,6 +156,32 @@ class TenantBounds:
             return f"{allowed}; {path} leads outside it through a symbolic link"
         return None
 
+    # ---- the `sam local` git server --------------------------------------------------------------------------------
+
+    def is_local_git_remote(self, url: str) -> bool:
+        """Whether `url` names the `sam local` git server's host and port (never outside `sam local`)."""
+        if not self.local_git_server:
+            return False
+        parts = urlsplit(url)
+        host = (parts.hostname or "").lower().rstrip(".")
+        try:
+            port = parts.port or (443 if parts.scheme.lower() == "https" else 80)
+        except ValueError:
+            return False
+        return f"{host}:{port}" == self.local_git_server
+
+    def local_git_remote_error(self, url: str, tenant_id: str) -> str | None:
+        """None if `url` is a repository in `tenant_id`'s own folder of the `sam local` git server, else what to name
+        instead."""
+        allowed = f"remoteUrl must be https://{self.local_git_server}/{tenant_id}/<name>.git (this tenant's remotes)"
+        parts = urlsplit(url)
+        if parts.scheme.lower() != "https" or "@" in parts.netloc or parts.query or parts.fragment:
+            return allowed
+        folder, _, name = parts.path.removeprefix("/").partition("/")
+        if folder != tenant_id or not _LOCAL_GIT_REPOSITORY.match(name):
+            return allowed
+        return None
+
     # ---- hosts -------------------------------------------------------------------------------------------------------
 
     def host_error(self, url: str, field_name: str) -> str | None:
@@ -186,6 +226,8 @@ class TenantBounds:
         remote = registration.remote_url
         if remote.startswith("/") or remote.lower().startswith("file:"):
             problem = self.file_remote_error(remote, tenant_id)
+        elif self.is_local_git_remote(remote):
+            problem = self.local_git_remote_error(remote, tenant_id)
         else:
             problem = self.host_error(remote, "remoteUrl")
         if problem:

@@ -141,8 +141,11 @@ class RegisteredWorkspaceStore:
         registration = registered.registration
         remote = registration.remote_url
         file_remote = remote.startswith("/") or remote.lower().startswith("file:")
+        local_git = not file_remote and self.bounds.is_local_git_remote(remote)
         if file_remote:
             refused = self.bounds.file_remote_error(remote, registered.tenant_id)
+        elif local_git:
+            refused = self.bounds.local_git_remote_error(remote, registered.tenant_id)
         else:
             refused = self.bounds.host_error(remote, "remoteUrl")
         if refused:
@@ -163,6 +166,8 @@ class RegisteredWorkspaceStore:
             owner=registered.tenant_id,  # a cache of its own per tenant and remote
             # A file-system remote stays inside its tenant's folder, also through git's own pointers.
             confined_to=(self.bounds.tenant_remote_root(registered.tenant_id) or "") if file_remote else "",
+            # Trusted for this remote only: the `sam local` git server's CA.
+            ca_pem=(self.bounds.local_git_ca or "") if local_git else "",
         )
 
 

@@ -30,6 +30,9 @@ class GitRemote:
     # For a file-system remote: the folder it must not reach outside of through git's own pointers (the tenant's
     # folder of the remotes root; see `jobs.git.confinement`). Empty: the remote is read as git reads it.
     confined_to: str = ""
+    # The PEM of the one CA this remote's TLS certificate must chain to instead of the system's (the `sam local` git
+    # server's local CA). Empty: the system's CAs.
+    ca_pem: str = field(default="", repr=False)
 
     @property
     def cache_key(self) -> str:

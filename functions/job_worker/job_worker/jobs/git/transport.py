@@ -11,12 +11,14 @@ holder dies) shared, and a push that finds a ref locked takes it exclusively: a 
 writer and is removed. The branch and the test-result refs of a local remote are written by Agent Jobs only. Before
 each use, a local remote with a confining folder is checked against it (`jobs.git.confinement`). A push of fewer than
 UNPACK_LIMIT objects to a local remote writes them loose, as git's receive-pack does, so the remote does not gain a
-pack per push; the remote's own packs are never rewritten.
+pack per push; the remote's own packs are never rewritten. An HTTPS remote is verified against the system's CAs, or
+against the one CA its `GitRemote.ca_pem` names (the `sam local` git server's).
 """
 
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
 import tempfile
 import time
@@ -25,6 +27,7 @@ from contextlib import closing, contextmanager
 from pathlib import Path
 
 from dulwich.client import LocalGitClient, get_transport_and_path
+from dulwich.config import ConfigDict
 from dulwich.file import FileLocked
 from dulwich.objects import ObjectID, ShaFile
 from dulwich.pack import UnpackedObject, generate_unpacked_objects
@@ -49,6 +52,19 @@ UNPACK_LIMIT = 100
 STALE_REF_LOCK_WAIT_SECONDS = 5.0
 
 
+def git_config_trusting(ca_pem: str) -> ConfigDict:
+    """A git config whose http.sslCAInfo is a file holding `ca_pem` (in the system's temporary folder, named by its
+    hash), which dulwich's HTTPS client then trusts instead of the system's CAs."""
+    path = Path(tempfile.gettempdir()) / f"agent-jobs-ca-{hashlib.sha256(ca_pem.encode()).hexdigest()[:16]}.pem"
+    if not path.exists():
+        partial = path.with_suffix(f".{os.getpid()}.tmp")
+        partial.write_text(ca_pem, encoding="utf-8")
+        partial.replace(path)
+    config = ConfigDict()
+    config.set((b"http",), b"sslCAInfo", os.fsencode(path))
+    return config
+
+
 class _RemoteRefusedError(Exception):
     """update_refs found the remote ref other than the push requires: nothing is sent."""
 
@@ -62,6 +78,7 @@ class RemoteTransport:
         credentials = remote.credentials
         self.client, remote_path = get_transport_and_path(
             remote.url,
+            config=git_config_trusting(remote.ca_pem) if remote.ca_pem else None,
             username=credentials.username if credentials else None,
             password=credentials.password if credentials else None,
         )

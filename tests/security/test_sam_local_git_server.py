@@ -1,0 +1,183 @@
+"""The `sam local` git server of the sample workspaces (LOCAL_GIT_SERVER, its CA in LOCAL_GIT_CA): a private host that
+registrations and the worker admit only when SAM CLI runs the function (AWS_SAM_LOCAL=true), and there only for a
+repository in the registering tenant's own folder; its CA is trusted for that server's remotes alone.
+
+host.docker.internal is the docker bridge's gateway in a container, so every test resolves it there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent_jobs.registration import WorkspaceRegistration
+from agent_jobs.settings import Settings
+from agent_jobs.tenancy import TenantBounds
+from agent_jobs.workspaces import WorkspaceRegistry
+from agent_jobs_local.git_server import GitHttpsServer, local_ca
+from enqueue_api import app
+from job_worker.jobs.errors import PermanentJobError
+from job_worker.jobs.registered import RegisteredWorkspaceStore
+from tests.conftest import Stack
+from tests.integration.test_enqueue_api import Api, use_environment
+from tests.integration.test_workspace_api import put_event
+
+SERVER = "host.docker.internal:8443"
+BRIDGE_GATEWAY = "172.17.0.1"
+
+
+@pytest.fixture(scope="module")
+def ca_pem(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return local_ca(tmp_path_factory.mktemp("ca") / "ca.pem").certificate_pem
+
+
+@pytest.fixture(autouse=True)
+def bridge_resolves(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("agent_jobs.tenancy.resolve_host", lambda host, port: [BRIDGE_GATEWAY])
+
+
+def sam_local_env(ca_pem: str, aws_sam_local: str | None = "true") -> dict[str, str]:
+    env = {"LOCAL_GIT_SERVER": SERVER, "LOCAL_GIT_CA": ca_pem}
+    return {**env, "AWS_SAM_LOCAL": aws_sam_local} if aws_sam_local is not None else env
+
+
+def api_with(stack: Stack, monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> Api:
+    use_environment(monkeypatch, {**stack.env("EnqueueApiFunction"), **env})
+    if "AWS_SAM_LOCAL" not in env:
+        monkeypatch.delenv("AWS_SAM_LOCAL", raising=False)
+    monkeypatch.setattr(app.metrics, "namespace", "AgentJobsTest")
+    app.reset_services()
+    return Api(stack)
+
+
+@pytest.fixture
+def sam_local_api(stack: Stack, monkeypatch: pytest.MonkeyPatch, ca_pem: str) -> Iterator[Api]:
+    yield api_with(stack, monkeypatch, sam_local_env(ca_pem))
+    app.reset_services()
+
+
+def put(api: Api, tenant_id: str, workspace_id: str, remote: str, **overrides: Any) -> tuple[int, str]:
+    body = {"remoteUrl": remote, "branch": "agent/work", **overrides}
+    answer = api.invoke(put_event(workspace_id, body, claims={"tenant_id": tenant_id, "sub": f"{tenant_id}-agent"}))
+    return answer.status, str(answer.body)
+
+
+@pytest.mark.parametrize("aws_sam_local", [None, "false", "TRUE", "1", ""])
+def test_the_git_server_setting_is_ignored_unless_sam_cli_runs_the_function(
+    monkeypatch: pytest.MonkeyPatch, ca_pem: str, aws_sam_local: str | None
+) -> None:
+    # Given the settings as a deployed function would see them, if someone set them there
+    for name, value in sam_local_env(ca_pem, aws_sam_local).items():
+        monkeypatch.setenv(name, value)
+    if aws_sam_local is None:
+        monkeypatch.delenv("AWS_SAM_LOCAL", raising=False)
+
+    bounds = TenantBounds.from_settings(Settings(table_name="jobs", queue_url="https://sqs.example/q.fifo"))
+
+    # Then neither the private host nor the CA is admitted
+    assert (bounds.local_git_server, bounds.local_git_ca) == (None, None)
+    assert bounds.host_error(f"https://{SERVER}/acme/repo.git", "remoteUrl") is not None
+
+
+def test_registering_the_git_server_outside_sam_local_is_422(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch, ca_pem: str
+) -> None:
+    api = api_with(stack, monkeypatch, sam_local_env(ca_pem, aws_sam_local=None))
+    try:
+        status, body = put(api, "acme", "acme-repo", f"https://{SERVER}/acme/repo.git")
+    finally:
+        app.reset_services()
+
+    assert status == 422
+    assert "must name a public host" in body
+
+
+def test_a_tenant_registers_its_own_folder_of_the_git_server(sam_local_api: Api) -> None:
+    assert put(sam_local_api, "acme", "acme-repo", f"https://{SERVER}/acme/repo.git")[0] == 201
+
+
+@pytest.mark.parametrize(
+    "remote",
+    [
+        f"https://{SERVER}/acme/repo.git",  # the victim's folder
+        f"https://{SERVER}/mallory/../acme/repo.git",
+        f"https://{SERVER}/mallory/%2e%2e/acme/repo.git",
+        f"https://{SERVER}/mallory/repo.git/../../acme/repo.git",
+        f"https://{SERVER}/mallory//acme/repo.git",
+        f"https://{SERVER}/mallory/..",
+        f"https://{SERVER}/mallory/repo.git?x=/acme/repo.git",
+        f"https://mallory@{SERVER}/mallory/repo.git",
+        f"http://{SERVER}/mallory/repo.git",
+        f"https://{SERVER}/",
+        f"https://{SERVER}/mallory/",
+    ],
+)
+def test_a_tenant_cannot_reach_another_folder_of_the_git_server(sam_local_api: Api, remote: str) -> None:
+    status, body = put(sam_local_api, "mallory", "mallory-repo", remote)
+
+    assert status == 422, remote
+    assert "remoteUrl" in body
+
+
+@pytest.mark.parametrize(
+    "remote",
+    [
+        "https://host.docker.internal:8444/mallory/repo.git",  # another port of the same host
+        "https://host.docker.internal/mallory/repo.git",
+        f"https://{BRIDGE_GATEWAY}:8443/mallory/repo.git",  # the same server by its address
+        "https://127.0.0.1:8443/mallory/repo.git",
+    ],
+)
+def test_the_git_server_admits_no_other_private_host(sam_local_api: Api, remote: str) -> None:
+    status, body = put(sam_local_api, "mallory", "mallory-repo", remote)
+
+    assert status == 422, remote
+    assert "must name a public host" in body
+
+
+def test_the_git_server_is_no_github_api_url(sam_local_api: Api) -> None:
+    remote = f"https://{SERVER}/mallory/repo.git"
+
+    status, body = put(sam_local_api, "mallory", "mallory-repo", remote, githubApiUrl=f"https://{SERVER}/api")
+
+    assert status == 422
+    assert "githubApiUrl" in body
+
+
+def worker_store(stack: Stack, bounds: TenantBounds, registrations: dict[str, tuple[str, str]]) -> Any:
+    registry = WorkspaceRegistry(stack.services.dynamodb, stack.table_name)
+    for workspace_id, (tenant_id, remote) in registrations.items():
+        registry.register(workspace_id, WorkspaceRegistration(remote_url=remote, branch="agent/w"), tenant_id)
+    return RegisteredWorkspaceStore(registry, Path("/nonexistent"), tokens=lambda name: "x", bounds=bounds)
+
+
+def test_the_worker_refuses_another_tenants_folder_of_the_git_server_at_use(stack: Stack, ca_pem: str) -> None:
+    # Given a registration stored without the API's check, naming the victim's folder
+    bounds = TenantBounds(local_git_server=SERVER, local_git_ca=ca_pem)
+    store = worker_store(stack, bounds, {"mallory-repo": ("mallory", f"https://{SERVER}/acme/repo.git")})
+
+    with pytest.raises(PermanentJobError, match="mallory"):
+        store._remote("mallory-repo")
+
+
+def test_the_worker_trusts_the_local_ca_for_the_git_server_alone(stack: Stack, ca_pem: str) -> None:
+    bounds = TenantBounds(local_git_server=SERVER, local_git_ca=ca_pem, resolve=lambda host, port: ["93.184.216.34"])
+    store = worker_store(
+        stack,
+        bounds,
+        {
+            "acme-local": ("acme", f"https://{SERVER}/acme/repo.git"),
+            "acme-public": ("acme", "https://git.example.com/acme/repo.git"),
+        },
+    )
+
+    assert store._remote("acme-local").ca_pem == ca_pem
+    assert store._remote("acme-public").ca_pem == ""
+
+
+def test_the_git_server_never_listens_on_every_interface(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="one address"):
+        GitHttpsServer({}, "0.0.0.0", ca=local_ca(tmp_path / "ca.pem"))
