@@ -82,7 +82,10 @@ class LocalRuntime:
     WORKSPACES_REMOTE_ROOT: a tenant's file-system remotes lie under `<remotes_root>/<tenantId>/`; default `remotes`
     beside a given `workspaces_root`, else a new temporary folder) and `allowed_private_hosts` (both functions'
     ALLOWED_PRIVATE_HOSTS: host:port
-    entries, such as a fake GitHub's on 127.0.0.1, that registrations may name although they are not public).
+    entries, such as a fake GitHub's on 127.0.0.1, that registrations may name although they are not public) and
+    `sam_local_env` (the values of variables the template declares only for `sam local`, such as the sample
+    workspaces' git server, LOCAL_GIT_SERVER and LOCAL_GIT_CA: every function that declares one gets it, and so does
+    the env file).
 
     After `start()`: `api_url`, `endpoint_url`, `resources` (`ProvisionedResources`), `model` (the `TemplateModel`
     for the provisioned account), `function_env` (function id -> environment), `poller`, `api`, `lambda_endpoint`
@@ -113,6 +116,7 @@ class LocalRuntime:
         bwrap: str | None = None,
         remotes_root: Path | None = None,
         allowed_private_hosts: Sequence[str] = (),
+        sam_local_env: Mapping[str, str] | None = None,
     ) -> None:
         if time_scale <= 0:
             raise ValueError(f"time_scale must be positive, got {time_scale}")
@@ -122,6 +126,7 @@ class LocalRuntime:
         self.time_scale = time_scale
         self.workspaces_root, self.remotes_root = local_folders(workspaces_root, remotes_root)
         self.allowed_private_hosts = tuple(allowed_private_hosts)
+        self.sam_local_env = dict(sam_local_env or {})
         self.api_port = api_port
         self.worker_bootstrap = worker_bootstrap
         self.bootstrap_config = dict(bootstrap_config) if bootstrap_config is not None else None
@@ -187,6 +192,7 @@ class LocalRuntime:
             workspaces_root=self.workspaces_root,
             lambda_url=self._lambda_endpoint.url if self._lambda_endpoint is not None else None,
             extra_worker_env=self.extra_worker_env,
+            sam_local_env=self.sam_local_env,
         )
 
         producer_id = http_api_routes(model)[0].function_id
@@ -311,13 +317,15 @@ class LocalRuntime:
         `runtime_files.write_env_file`). AWS_ENDPOINT_URL is `endpoint_for_containers`, default the emulator's URL
         with its host replaced by host.docker.internal (how a function's container reaches this machine); the
         producer's LOCAL_JWT_PUBLIC_KEY is the development key's public half (tokens of `agent_jobs_local token`);
-        WORKSPACES_REMOTE_ROOT is this stack's, against which its registrations were checked."""
+        WORKSPACES_REMOTE_ROOT is this stack's, against which its registrations were checked; `sam_local_env` (the
+        sample workspaces' git server and its CA) as the stack's own functions have it."""
         endpoint = endpoint_for_containers
         if endpoint is None and self._endpoint_url is not None:
             endpoint = container_endpoint(self._endpoint_url, (self.listen_host,))
         local_values = {
             "LOCAL_JWT_PUBLIC_KEY": public_key_pem(dev_signing_key().public_key),
             "WORKSPACES_REMOTE_ROOT": str(self.remotes_root),
+            **self.sam_local_env,
         }
         return write_env_file(path, self.model, self.resources, endpoint, local_values)
 

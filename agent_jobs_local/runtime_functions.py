@@ -37,9 +37,11 @@ def function_environments(
     workspaces_root: Path,
     lambda_url: str | None,
     extra_worker_env: Mapping[str, str],
+    sam_local_env: Mapping[str, str] | None = None,
 ) -> dict[str, dict[str, str]]:
     """Function id -> environment: the template's values against `resources`, durations scaled; every function's
-    WORKSPACES_REMOTE_ROOT and ALLOWED_PRIVATE_HOSTS; the worker's WORKSPACES_ROOT, the local Lambda endpoint
+    WORKSPACES_REMOTE_ROOT and ALLOWED_PRIVATE_HOSTS, and `sam_local_env` where the template declares the variable (with
+    EndpointUrl); the worker's WORKSPACES_ROOT, the local Lambda endpoint
     (`lambda_url`, when one serves the directly invoked functions) and `extra_worker_env`, last."""
     worker_id = model.worker.function.function_id
     environments: dict[str, dict[str, str]] = {}
@@ -48,6 +50,8 @@ def function_environments(
         # The local stand-ins: file-system remotes under remotes_root, and the hosts (a fake GitHub) allowed.
         environment["WORKSPACES_REMOTE_ROOT"] = str(remotes_root)
         environment["ALLOWED_PRIVATE_HOSTS"] = ",".join(allowed_private_hosts)
+        declared = (model.function_properties(function_id).get("Environment") or {}).get("Variables") or {}
+        environment.update({name: value for name, value in (sam_local_env or {}).items() if name in declared})
         if function_id == worker_id:
             environment["WORKSPACES_ROOT"] = str(workspaces_root)
             if lambda_url is not None:

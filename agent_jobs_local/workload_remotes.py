@@ -62,7 +62,7 @@ def create_remote(path: Path, workspace_id: str, files: Mapping[str, bytes] | No
 
 
 def registration_body(
-    remote: Path, workspace_id: str, github_api_url: str, test_command: Sequence[str] = PASSING_TEST_COMMAND
+    remote: Path | str, workspace_id: str, github_api_url: str, test_command: Sequence[str] = PASSING_TEST_COMMAND
 ) -> dict[str, Any]:
     """The `PUT /workspaces/{workspaceId}` body of a demo workspace (no token: the local fake GitHub needs none); its
     `TEST_SUITE` runs `test_command`."""
@@ -78,7 +78,7 @@ def registration_body(
 
 def register_workspaces(
     api_url: str,
-    remotes: Mapping[str, Path],
+    remotes: Mapping[str, Path | str],
     github_api_url: str,
     *,
     tenant_id: str = DEFAULT_TENANT,
