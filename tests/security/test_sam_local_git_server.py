@@ -7,7 +7,10 @@ host.docker.internal is the docker bridge's gateway in a container, so every tes
 
 from __future__ import annotations
 
+import os
+import stat
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +23,7 @@ from agent_jobs.workspaces import WorkspaceRegistry
 from agent_jobs_local.git_server import GitHttpsServer, local_ca
 from enqueue_api import app
 from job_worker.jobs.errors import PermanentJobError
+from job_worker.jobs.git.transport import git_config_trusting
 from job_worker.jobs.registered import RegisteredWorkspaceStore
 from tests.conftest import Stack
 from tests.integration.test_enqueue_api import Api, use_environment
@@ -181,3 +185,14 @@ def test_the_worker_trusts_the_local_ca_for_the_git_server_alone(stack: Stack, c
 def test_the_git_server_never_listens_on_every_interface(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="one address"):
         GitHttpsServer({}, "0.0.0.0", ca=local_ca(tmp_path / "ca.pem"))
+
+
+def test_the_worker_keeps_the_ca_in_a_file_of_its_own(ca_pem: str) -> None:
+    # Given the groups of a batch, on threads of one process, each opening a remote of the git server at once
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        configs = list(pool.map(lambda _: git_config_trusting(ca_pem), range(8)))
+
+    (path,) = {config.get((b"http",), b"sslCAInfo") for config in configs}
+    # Then one file holds the CA, readable by this process's user alone, at a name nobody could have planted
+    assert Path(os.fsdecode(path)).read_text() == ca_pem
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600

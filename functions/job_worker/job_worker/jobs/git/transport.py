@@ -18,9 +18,9 @@ against the one CA its `GitRemote.ca_pem` names (the `sam local` git server's).
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import os
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence, Set
 from contextlib import closing, contextmanager
@@ -46,6 +46,10 @@ from job_worker.jobs.limits import GitLimits
 # a ref's git lock file found while the file is held exclusively was left by a writer killed mid-update, never by a
 # live one.
 LOCAL_PUSH_TURN = "agent-jobs-push.flock"
+# CA certificate (PEM) -> the file of this process that holds it (`git_config_trusting`); the groups of a batch run on
+# threads of one process.
+_CA_FILES: dict[str, str] = {}
+_CA_FILES_LOCK = threading.Lock()
 # A push to a local remote of fewer objects than this is written loose, as git's receive.unpackLimit (100) does.
 UNPACK_LIMIT = 100
 # How long a push waits for the live pushes of a local remote to end before it takes a ref's lock file for a live one.
@@ -53,13 +57,16 @@ STALE_REF_LOCK_WAIT_SECONDS = 5.0
 
 
 def git_config_trusting(ca_pem: str) -> ConfigDict:
-    """A git config whose http.sslCAInfo is a file holding `ca_pem` (in the system's temporary folder, named by its
-    hash), which dulwich's HTTPS client then trusts instead of the system's CAs."""
-    path = Path(tempfile.gettempdir()) / f"agent-jobs-ca-{hashlib.sha256(ca_pem.encode()).hexdigest()[:16]}.pem"
-    if not path.exists():
-        partial = path.with_suffix(f".{os.getpid()}.tmp")
-        partial.write_text(ca_pem, encoding="utf-8")
-        partial.replace(path)
+    """A git config whose http.sslCAInfo is a file holding `ca_pem`, which dulwich's HTTPS client then trusts instead of
+    the system's CAs. The file is this process's own (mkstemp, mode 0600), written once per CA: nobody else can plant
+    one under its name."""
+    with _CA_FILES_LOCK:
+        path = _CA_FILES.get(ca_pem)
+        if path is None:
+            descriptor, path = tempfile.mkstemp(prefix="agent-jobs-ca-", suffix=".pem")
+            with os.fdopen(descriptor, "w", encoding="utf-8") as file:
+                file.write(ca_pem)
+            _CA_FILES[ca_pem] = path
     config = ConfigDict()
     config.set((b"http",), b"sslCAInfo", os.fsencode(path))
     return config
