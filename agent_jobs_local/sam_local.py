@@ -4,9 +4,11 @@ pull requests (http_put_workspace.json registers a fourth, repo-delta, itself).
 
 Every events/ file names the tenant `tenant-demo`: the SQS events' jobs run on repo-alpha and repo-beta, the HTTP
 events' job goes to repo-gamma (so that the queue's workers, which run it, never stand in the way of the SQS
-events' jobs). The remotes lie in the tenant's folder of the stack's remotes root (WORKSPACES_REMOTE_ROOT), where
-this stack's workers reach them; a function that `sam local invoke` runs in a container sees none of this machine's
-folders, so the SQS events' jobs there fail to reach their remote, retryably (see docs/local-runtime.md).
+events' jobs). The remotes lie in the tenant's folder of the stack's remotes root (WORKSPACES_REMOTE_ROOT). A function
+that `sam local invoke` runs in a container sees none of this machine's folders, so repo-alpha and repo-beta, the
+SQS events' workspaces, are registered with https:// remotes on the local git server (`git_server.GitHttpsServer`),
+which serves those same folders where containers reach this machine; repo-gamma, whose jobs the stack's own workers
+run on this machine (where host.docker.internal means nothing), keeps its file-system remote (docs/local-runtime.md).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Final
 from urllib.parse import urlsplit
 
 from agent_jobs_local.fake_github import FakeGitHub
+from agent_jobs_local.git_server import GitHttpsServer
 from agent_jobs_local.workload_plan import GITHUB_OWNER
 from agent_jobs_local.workload_remotes import create_remote, register_workspaces, remote_path
 
@@ -30,18 +33,24 @@ SAMPLE_WORKSPACES: Final[Mapping[str, Mapping[str, bytes]]] = {
     "repo-beta": {"README.md": b"old\n"},
     "repo-gamma": {"README.md": b"# demo\n"},
 }
+# The workspaces that `sam local invoke JobWorkerFunction` runs jobs of (the SQS events'): served over HTTPS.
+SERVED_OVER_HTTPS: Final = ("repo-alpha", "repo-beta")
 
 
 class SampleWorkspaces:
     """The sample workspaces' remotes under `remotes_root` (the stack's WORKSPACES_REMOTE_ROOT) and their fake GitHub.
     `start()` creates the remotes anew (a new stack starts from the first commits) and serves the fake GitHub, which
     the stack must allow (`allowed_private_hosts`); `register(api_url)` registers every workspace through the local
-    API for SAMPLE_TENANT."""
+    API for SAMPLE_TENANT. Given a `git_host` (the address `sam local`'s containers reach this machine at), the
+    SERVED_OVER_HTTPS workspaces are served there over HTTPS and registered with that server's URLs; `sam_local_env`
+    then names the server and its CA for the functions (LOCAL_GIT_SERVER, LOCAL_GIT_CA)."""
 
-    def __init__(self, remotes_root: Path) -> None:
+    def __init__(self, remotes_root: Path, git_host: str | None = None) -> None:
         self.remotes_root = remotes_root
         self.github = FakeGitHub()
         self.remotes: dict[str, Path] = {}
+        self.git_host = git_host
+        self.git_server: GitHttpsServer | None = None
 
     def start(self) -> SampleWorkspaces:
         for workspace_id, files in SAMPLE_WORKSPACES.items():
@@ -51,10 +60,44 @@ class SampleWorkspaces:
             self.remotes[workspace_id] = create_remote(path, workspace_id, files)
             self.github.add_repository(GITHUB_OWNER, workspace_id)
         self.github.start()
+        if self.git_host is not None:
+            served = {self.served_path(workspace_id): self.remotes[workspace_id] for workspace_id in SERVED_OVER_HTTPS}
+            self.git_server = GitHttpsServer(served, self.git_host).start()
         return self
 
     def stop(self) -> None:
+        if self.git_server is not None:
+            self.git_server.stop()
         self.github.stop()
+
+    @staticmethod
+    def served_path(workspace_id: str) -> str:
+        """Where the git server serves a workspace's remote: in the tenant's own folder, as the functions require."""
+        return f"/{SAMPLE_TENANT}/{workspace_id}.git"
+
+    @property
+    def remote_urls(self) -> dict[str, Path | str]:
+        """Workspace -> the remote it is registered with: the git server's URL if served there, else its folder."""
+        if self.git_server is None:
+            return dict(self.remotes)
+        server = self.git_server
+        return {
+            workspace_id: server.container_url(self.served_path(workspace_id))
+            if workspace_id in SERVED_OVER_HTTPS
+            else path
+            for workspace_id, path in self.remotes.items()
+        }
+
+    @property
+    def sam_local_env(self) -> dict[str, str]:
+        """LOCAL_GIT_SERVER and LOCAL_GIT_CA of the git server (nothing without one), for the functions that declare
+        them: the API to accept the registrations, the worker to reach and trust the server."""
+        if self.git_server is None:
+            return {}
+        return {
+            "LOCAL_GIT_SERVER": self.git_server.container_netloc,
+            "LOCAL_GIT_CA": self.git_server.ca.certificate_pem,
+        }
 
     @property
     def allowed_private_hosts(self) -> list[str]:
@@ -63,7 +106,7 @@ class SampleWorkspaces:
 
     def register(self, api_url: str) -> dict[str, int]:
         """Register every sample workspace through the API at `api_url`; workspace -> status (201, or 200)."""
-        return register_workspaces(api_url, self.remotes, self.github.url, tenant_id=SAMPLE_TENANT)
+        return register_workspaces(api_url, self.remote_urls, self.github.url, tenant_id=SAMPLE_TENANT)
 
     def __enter__(self) -> SampleWorkspaces:
         return self.start()
@@ -74,4 +117,4 @@ class SampleWorkspaces:
         self.stop()
 
 
-__all__ = ["SAMPLE_TENANT", "SAMPLE_WORKSPACES", "SampleWorkspaces"]
+__all__ = ["SAMPLE_TENANT", "SAMPLE_WORKSPACES", "SERVED_OVER_HTTPS", "SampleWorkspaces"]

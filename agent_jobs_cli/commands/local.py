@@ -112,9 +112,10 @@ def local(
     """Run the stack for manual use (curl the API, watch the worker) until Ctrl-C; writes env.local.json (sam local)
     and .agent-jobs/local.json (agent-jobs)."""
     importable_like_sam_local()
+    from agent_jobs_local.git_server import local_ca_path
     from agent_jobs_local.runtime import LocalRuntime
     from agent_jobs_local.runtime_files import LOOPBACK, container_reachable_host
-    from agent_jobs_local.sam_local import SAMPLE_TENANT, SampleWorkspaces
+    from agent_jobs_local.sam_local import SAMPLE_TENANT, SERVED_OVER_HTTPS, SampleWorkspaces
 
     console = Console(stderr=True)
     workspaces_root.mkdir(parents=True, exist_ok=True)
@@ -125,7 +126,7 @@ def local(
     tenant = tenant or (SAMPLE_TENANT if sam_local else DEFAULT_TENANT)
     with contextlib.ExitStack() as stack:
         remotes_root = workspaces_root.resolve().parent / "remotes"
-        samples = stack.enter_context(SampleWorkspaces(remotes_root)) if sam_local else None
+        samples = stack.enter_context(SampleWorkspaces(remotes_root, git_host=listen_host)) if sam_local else None
         runtime = stack.enter_context(
             LocalRuntime(
                 endpoint_url=endpoint_url,
@@ -138,6 +139,7 @@ def local(
                 api_bootstrap_config={"log_dir": str(log_dir.resolve()), "name": "api"},
                 listen_host=listen_host,
                 allowed_private_hosts=samples.allowed_private_hosts if samples else (),
+                sam_local_env=samples.sam_local_env if samples else None,
             )
         )
         if samples is not None:
@@ -155,6 +157,11 @@ def local(
                 f"  sam local    {env_file} (--env-vars); the events' workspaces {', '.join(samples.remotes)} of"
                 f" {SAMPLE_TENANT} registered (their pull requests go to a fake GitHub at {samples.github.url})"
             )
+            if samples.git_server is not None:
+                console.print(
+                    f"  git server   https://{samples.git_server.container_netloc}/{SAMPLE_TENANT}/  (for containers:"
+                    f" {', '.join(SERVED_OVER_HTTPS)}; its CA {local_ca_path()})"
+                )
         print_local_tokens(console, runtime.api_url, tenant)
         console.print("Ctrl-C stops everything.")
         stop = threading.Event()

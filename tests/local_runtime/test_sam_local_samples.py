@@ -7,9 +7,14 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+from dulwich.client import get_transport_and_path
+from dulwich.errors import GitProtocolError
+
 from agent_jobs_local.runtime import LocalRuntime
 from agent_jobs_local.runtime_files import LOOPBACK, container_reachable_host
-from agent_jobs_local.sam_local import SAMPLE_TENANT, SAMPLE_WORKSPACES, SampleWorkspaces
+from agent_jobs_local.sam_local import SAMPLE_TENANT, SAMPLE_WORKSPACES, SERVED_OVER_HTTPS, SampleWorkspaces
+from job_worker.jobs.git.transport import git_config_trusting
 
 EVENTS = Path(__file__).resolve().parents[2] / "events"
 
@@ -73,3 +78,48 @@ def test_sam_local_registers_the_events_workspaces_with_the_files_their_patches_
 
 def test_containers_reach_loopback_when_no_docker_bridge_is_here() -> None:
     assert container_reachable_host(docker="no-such-docker-command") == LOOPBACK
+
+
+def test_sam_local_serves_the_sqs_events_workspaces_over_https_for_containers(tmp_path: Path) -> None:
+    # Given the sample workspaces with their git server (on loopback here), and the stack given its settings
+    with (
+        SampleWorkspaces(tmp_path / "remotes", git_host=LOOPBACK) as samples,
+        LocalRuntime(
+            workspaces_root=tmp_path / "workspaces",
+            remotes_root=tmp_path / "remotes",
+            allowed_private_hosts=samples.allowed_private_hosts,
+            sam_local_env=samples.sam_local_env,
+        ) as runtime,
+    ):
+        statuses = samples.register(runtime.api_url)
+        remote_urls = {
+            workspace_id: runtime._clients().dynamodb.get_item(
+                TableName=runtime.resources.table_name, Key={"pk": {"S": f"ws#{workspace_id}"}}, ConsistentRead=True
+            )["Item"]["remoteUrl"]["S"]
+            for workspace_id in SAMPLE_WORKSPACES
+        }
+        assert samples.git_server is not None
+        port, ca_pem = samples.git_server.port, samples.git_server.ca.certificate_pem
+        # What the server answers a client that trusts its CA, and one that trusts only the system's
+        untrusting, path = get_transport_and_path(f"https://{LOOPBACK}:{port}/{SAMPLE_TENANT}/repo-alpha.git")
+        trusting_client, _ = get_transport_and_path(
+            f"https://{LOOPBACK}:{port}/{SAMPLE_TENANT}/repo-alpha.git", config=git_config_trusting(ca_pem)
+        )
+        refs = trusting_client.get_refs(path.encode()).refs
+        with pytest.raises(GitProtocolError, match="CERTIFICATE_VERIFY_FAILED"):
+            untrusting.get_refs(path.encode())
+        env_file = json.loads(runtime.write_env_file(tmp_path / "env.json").read_text())
+
+    # Then the SQS events' workspaces are registered with the server's URLs as containers name it, repo-gamma (run by
+    # the stack's own workers) with its folder
+    assert statuses == dict.fromkeys(SAMPLE_WORKSPACES, 201)
+    netloc = f"host.docker.internal:{port}"
+    for workspace_id in SERVED_OVER_HTTPS:
+        assert remote_urls[workspace_id] == f"https://{netloc}/{SAMPLE_TENANT}/{workspace_id}.git"
+    assert remote_urls["repo-gamma"] == str(tmp_path / "remotes" / SAMPLE_TENANT / "repo-gamma.git")
+    # served from the remotes' own folders, over TLS with the local CA's certificate
+    assert b"refs/heads/main" in refs
+    # and the env file gives the functions that declare them the server and its CA
+    for function_id in ("EnqueueApiFunction", "JobWorkerFunction"):
+        assert env_file[function_id]["LOCAL_GIT_SERVER"] == netloc
+        assert env_file[function_id]["LOCAL_GIT_CA"] == ca_pem

@@ -36,6 +36,8 @@ SCRIPT_TIMEOUT_SECONDS = 1500
 pytestmark = pytest.mark.timeout(2400)
 SAMPLE_SQS_EVENT = REPO / "events" / "sqs_fifo_two_workspaces.json"
 DUPLICATE_SQS_EVENT = REPO / "events" / "sqs_fifo_duplicate_delivery.json"
+# Where `make local LOCAL_ARGS=--sam-local` creates the sample tenant's remotes (beside its workspaces folder).
+SAMPLE_REMOTES = REPO / ".local" / "remotes" / "tenant-demo"
 
 
 def test_readme_shows_exactly_the_commands_this_suite_runs() -> None:
@@ -195,6 +197,29 @@ class Emulator:
             time.sleep(0.5)
 
 
+def _records(event: Path) -> list[dict[str, Any]]:
+    records: list[dict[str, Any]] = json.loads(event.read_text())["Records"]
+    return records
+
+
+def _remote_git(workspace_id: str, *args: str) -> bytes:
+    """git in the sample workspace's remote (the folder the local git server serves)."""
+    remote = SAMPLE_REMOTES / f"{workspace_id}.git"
+    return subprocess.run(["git", "-C", str(remote), *args], capture_output=True, check=True, timeout=30).stdout
+
+
+def remote_branch_head(workspace_id: str) -> str:
+    return _remote_git(workspace_id, "rev-parse", f"refs/heads/agent/{workspace_id}").decode().strip()
+
+
+def remote_branch_message(workspace_id: str) -> str:
+    return _remote_git(workspace_id, "log", "-1", "--format=%B", f"refs/heads/agent/{workspace_id}").decode()
+
+
+def remote_branch_file(workspace_id: str, path: str) -> bytes:
+    return _remote_git(workspace_id, "show", f"refs/heads/agent/{workspace_id}:{path}")
+
+
 def _body(response: dict[str, Any]) -> dict[str, Any]:
     body: dict[str, Any] = json.loads(response["body"])
     return body
@@ -237,26 +262,42 @@ def test_readme_commands_run_and_answer_as_documented(readme_run: ScriptRun) -> 
     # the queued job ran on the stack's own workers: its patch is on repo-gamma's branch
     assert emulator.wait_for_job("job-0001", "SUCCEEDED")["attempt"] == 1
 
-    # the worker, in its container: the events' jobs are checked, claimed and run in order per workspace, but a
-    # container sees none of this machine's folders, so each workspace's first job fails to open its remote
-    # (retryably) and the rest of its group is handed back unstarted: nothing runs out of order, nothing is halted
-    records = json.loads(SAMPLE_SQS_EVENT.read_text())["Records"]
+    # the worker, in its container: the events' jobs are checked, claimed and run in order per workspace, on remotes
+    # the local git server serves over HTTPS (trusting its local CA, under sam local only): each workspace's patch
+    # takes effect; run_tests then needs the test sandbox function, which a container cannot invoke (it is served by
+    # the local stack, not the emulator), so it fails retryably and the rest of its group is handed back unstarted
+    records = [(record["messageId"], json.loads(record["body"])) for record in _records(SAMPLE_SQS_EVENT)]
     first = readme_run.answer("events/sqs_fifo_two_workspaces.json")
     assert sorted(item["itemIdentifier"] for item in first["batchItemFailures"]) == sorted(
-        record["messageId"] for record in records
+        message_id for message_id, body in records if body["type"] != "apply_patch"
     )
-    # (job-a-001 is in both events: attempt 2 after the second)
-    for job_id, workspace_id, attempts in (("job-a-001", "repo-alpha", 2), ("job-b-001", "repo-beta", 1)):
+    for job_id, workspace_id, path, content in (
+        ("job-a-001", "repo-alpha", "src/app.py", b"fixed = True\n"),
+        ("job-b-001", "repo-beta", "README.md", b"Beta docs\n"),
+    ):
+        job = emulator.job(job_id)
+        assert job is not None
+        assert (job["status"], job["attempt"], job["result"]["alreadyApplied"]) == ("SUCCEEDED", 1, False), job
+        # the remote's branch holds the patched file, in a commit that names the job
+        assert remote_branch_file(workspace_id, path) == content
+        assert remote_branch_head(workspace_id) == job["result"]["commit"]
+        assert f"Agent-Job-Id: {job_id}" in remote_branch_message(workspace_id)
+        assert (emulator.item(f"ws#{workspace_id}") or {}).get("state", "ACTIVE") == "ACTIVE"
+    # (job-a-002 is in both events: attempt 2 after the second)
+    for job_id, attempts in (("job-a-002", 2), ("job-b-002", 1)):
         job = emulator.job(job_id)
         assert job is not None
         assert (job["status"], job["attempt"]) == ("FAILED", attempts), job
-        assert f"tenant-demo/{workspace_id}.git" in json.dumps(job, default=str)
-        assert (emulator.item(f"ws#{workspace_id}") or {}).get("state", "ACTIVE") == "ACTIVE"
-    for job_id in ("job-a-002", "job-a-003", "job-b-002"):
-        assert emulator.job(job_id) is None
+        assert "TEST_SANDBOX_FUNCTION" in job["error"]
+    assert emulator.job("job-a-003") is None
+    # the duplicate delivery: job-a-001 again, twice, acknowledged without a second effect
     duplicate = readme_run.answer("events/sqs_fifo_duplicate_delivery.json")
-    duplicate_ids = [record["messageId"] for record in json.loads(DUPLICATE_SQS_EVENT.read_text())["Records"]]
-    assert [item["itemIdentifier"] for item in duplicate["batchItemFailures"]] == duplicate_ids
+    duplicate_records = [(record["messageId"], json.loads(record["body"])) for record in _records(DUPLICATE_SQS_EVENT)]
+    assert [item["itemIdentifier"] for item in duplicate["batchItemFailures"]] == [
+        message_id for message_id, body in duplicate_records if body["type"] != "apply_patch"
+    ]
+    assert (emulator.job("job-a-001") or {}).get("attempt") == 1
+    assert remote_branch_head("repo-alpha") == (emulator.job("job-a-001") or {})["result"]["commit"]
 
     # the test sandbox, in its container, with its tenant
     sandbox = readme_run.answer("events/sandbox_run_tests.json")
