@@ -7,21 +7,25 @@ exactly the repositories it is given, each at `/<tenantId>/<name>.git`, on one a
 every interface). Its certificate names host.docker.internal and is signed by a local CA created once beside the
 development key (`.agent-jobs/dev-git-ca.pem`, its key mode 0600); the `sam local` env file gives the worker that CA
 (LOCAL_GIT_CA) and this server's host:port (LOCAL_GIT_SERVER), which the functions honour only under `sam local`.
+The same server gives each tenant's workspaces a GitHub API (a `FakeGitHub`) at `/<tenantId>/github`, so that their
+`open_pr` jobs reach one over HTTPS too.
 """
 
 from __future__ import annotations
 
 import datetime
 import ipaddress
+import json
 import os
 import ssl
 import tempfile
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from http import HTTPStatus
 from pathlib import Path
 from socketserver import ThreadingMixIn
-from typing import Final
+from typing import TYPE_CHECKING, Any, Final
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -33,6 +37,11 @@ from dulwich.web import WSGIRequestHandlerLogger, WSGIServerLogger, make_server,
 
 from agent_jobs_local.auth import dev_key_path
 from agent_jobs_local.runtime_files import CONTAINER_HOST
+
+if TYPE_CHECKING:
+    from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
+
+    from agent_jobs_local.fake_github import FakeGitHub
 
 CA_NAME: Final = "Agent Jobs local git CA"
 CA_VALID_DAYS: Final = 3650
@@ -130,13 +139,70 @@ class _ThreadingGitServer(ThreadingMixIn, WSGIServerLogger):
     daemon_threads = True
 
 
-class GitHttpsServer:
-    """Smart HTTP over TLS for `repositories` (`/<tenantId>/<name>.git` -> bare repository folder) on `host`."""
+# The largest request body the GitHub stand-in reads (a pull request's title and body).
+GITHUB_BODY_LIMIT_BYTES: Final = 1024 * 1024
 
-    def __init__(self, repositories: Mapping[str, Path], host: str, ca: LocalCa | None = None, port: int = 0) -> None:
+
+def with_github_apis(git: WSGIApplication, apis: Mapping[str, FakeGitHub]) -> WSGIApplication:
+    """`git`, except that a request below one of `apis`' paths (`/<tenantId>/github`) goes to that GitHub stand-in,
+    with the path taken off (as a client of GitHub Enterprise Server's `/api/v3` sends it)."""
+
+    def application(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        path = environ.get("PATH_INFO", "")
+        for prefix, github in apis.items():
+            if path.startswith(prefix + "/"):
+                return _github_answer(github, path[len(prefix) :], environ, start_response)
+        return git(environ, start_response)
+
+    return application
+
+
+def _github_answer(
+    github: FakeGitHub, path: str, environ: WSGIEnvironment, start_response: StartResponse
+) -> Iterable[bytes]:
+    try:
+        length = min(int(environ.get("CONTENT_LENGTH") or 0), GITHUB_BODY_LIMIT_BYTES)
+    except ValueError:
+        length = 0
+    raw = environ["wsgi.input"].read(length) if length > 0 else b""
+    body: Any
+    try:
+        body = json.loads(raw) if raw else None
+    except ValueError:
+        body = None
+    headers = {key[5:].replace("_", "-").lower(): value for key, value in environ.items() if key.startswith("HTTP_")}
+    query = environ.get("QUERY_STRING", "")
+    status, answer_headers, answer = github.answer(
+        environ["REQUEST_METHOD"], path + (f"?{query}" if query else ""), headers, body
+    )
+    payload = json.dumps(answer).encode() if answer is not None else b""
+    start_response(
+        f"{status} {HTTPStatus(status).phrase}",
+        [
+            ("Content-Type", "application/json; charset=utf-8"),
+            ("Content-Length", str(len(payload))),
+            *answer_headers.items(),
+        ],
+    )
+    return [payload]
+
+
+class GitHttpsServer:
+    """Smart HTTP over TLS for `repositories` (`/<tenantId>/<name>.git` -> bare repository folder) on `host`, and
+    `github_apis` (`/<tenantId>/github` -> its GitHub stand-in)."""
+
+    def __init__(
+        self,
+        repositories: Mapping[str, Path],
+        host: str,
+        ca: LocalCa | None = None,
+        port: int = 0,
+        github_apis: Mapping[str, FakeGitHub] | None = None,
+    ) -> None:
         if host in ("0.0.0.0", "::", ""):
             raise ValueError("the git server listens on one address, never every interface")
         self.repositories = dict(repositories)
+        self.github_apis = dict(github_apis or {})
         self.host = host
         self.ca = ca or local_ca()
         self._port = port
@@ -164,7 +230,7 @@ class GitHttpsServer:
         server = make_server(
             self.host,
             self._port,
-            make_wsgi_chain(backend),
+            with_github_apis(make_wsgi_chain(backend), self.github_apis),
             handler_class=WSGIRequestHandlerLogger,
             server_class=_ThreadingGitServer,
         )
@@ -190,4 +256,4 @@ class GitHttpsServer:
             self._thread.join(timeout=5)
 
 
-__all__ = ["GitHttpsServer", "LocalCa", "local_ca", "local_ca_path", "server_certificate"]
+__all__ = ["GitHttpsServer", "LocalCa", "local_ca", "local_ca_path", "server_certificate", "with_github_apis"]

@@ -20,10 +20,12 @@ from agent_jobs.registration import WorkspaceRegistration
 from agent_jobs.settings import Settings
 from agent_jobs.tenancy import TenantBounds
 from agent_jobs.workspaces import WorkspaceRegistry
+from agent_jobs_local.fake_github import FakeGitHub
 from agent_jobs_local.git_server import GitHttpsServer, local_ca
 from enqueue_api import app
-from job_worker.jobs.errors import PermanentJobError
+from job_worker.jobs.errors import PermanentJobError, RetryableJobError
 from job_worker.jobs.git.transport import git_config_trusting
+from job_worker.jobs.github import GitHubClient
 from job_worker.jobs.registered import RegisteredWorkspaceStore
 from tests.conftest import Stack
 from tests.integration.test_enqueue_api import Api, use_environment
@@ -142,13 +144,93 @@ def test_the_git_server_admits_no_other_private_host(sam_local_api: Api, remote:
     assert "must name a public host" in body
 
 
-def test_the_git_server_is_no_github_api_url(sam_local_api: Api) -> None:
+def test_a_tenant_names_the_github_api_of_its_own_folder(sam_local_api: Api) -> None:
+    remote = f"https://{SERVER}/acme/repo.git"
+
+    status, body = put(sam_local_api, "acme", "acme-repo", remote, githubApiUrl=f"https://{SERVER}/acme/github")
+
+    assert status == 201, body
+
+
+@pytest.mark.parametrize(
+    "api_url",
+    [
+        f"https://{SERVER}/api",
+        f"https://{SERVER}/acme/github",  # the victim's pull requests
+        f"https://{SERVER}/mallory/github/../../acme/github",
+        f"https://{SERVER}/mallory/github/repos",
+        f"https://{SERVER}/mallory/githubx",
+        f"https://{SERVER}/mallory/repo.git",
+        f"https://mallory@{SERVER}/mallory/github",
+        f"http://{SERVER}/mallory/github",
+        "https://host.docker.internal:8444/mallory/github",
+    ],
+)
+def test_a_tenant_cannot_name_another_github_api_of_the_git_server(sam_local_api: Api, api_url: str) -> None:
     remote = f"https://{SERVER}/mallory/repo.git"
 
-    status, body = put(sam_local_api, "mallory", "mallory-repo", remote, githubApiUrl=f"https://{SERVER}/api")
+    status, body = put(sam_local_api, "mallory", "mallory-repo", remote, githubApiUrl=api_url)
 
-    assert status == 422
+    assert status == 422, api_url
     assert "githubApiUrl" in body
+
+
+@pytest.mark.parametrize(
+    ("url", "refused"),
+    [
+        (f"https://{SERVER}/mallory/github/repos/o/r/pulls?head=o:agent/w&state=open", False),
+        (f"https://{SERVER}/mallory/github/repos/o/r/pulls", False),
+        (f"https://{SERVER}/acme/github/repos/o/r/pulls", True),
+        (f"https://{SERVER}/mallory/github/../../acme/github/repos/o/r/pulls", True),
+        (f"https://{SERVER}/mallory/github/repos/%2e%2e/%2e%2e/acme/github/repos/o/r/pulls", True),
+        (f"https://{SERVER}/mallory/github/repos/o/r/pulls#x", True),
+        (f"https://{SERVER}/mallory/repo.git/info/refs", True),
+    ],
+)
+def test_the_worker_keeps_github_requests_in_the_tenants_folder(
+    stack: Stack, ca_pem: str, url: str, refused: bool
+) -> None:
+    bounds = TenantBounds(local_git_server=SERVER, local_git_ca=ca_pem)
+    store = worker_store(stack, bounds, {})
+
+    problem = store.check_host(url, "githubApiUrl", "mallory")
+
+    assert (problem is not None) == refused, (url, problem)
+
+
+def test_the_worker_trusts_the_local_ca_for_the_git_servers_urls_alone(stack: Stack, ca_pem: str) -> None:
+    store = worker_store(stack, TenantBounds(local_git_server=SERVER, local_git_ca=ca_pem), {})
+
+    assert store.trusted_ca(f"https://{SERVER}/acme/github") == ca_pem
+    assert store.trusted_ca("https://api.github.com") is None
+    assert store.trusted_ca(f"https://{BRIDGE_GATEWAY}:8443/acme/github") is None
+    assert worker_store(stack, TenantBounds(), {}).trusted_ca(f"https://{SERVER}/acme/github") is None
+
+
+def test_pull_requests_go_over_tls_to_the_tenants_github_api_only(tmp_path: Path) -> None:
+    # Given the git server with acme's GitHub API, on this machine's loopback (its certificate names the address)
+    ca = local_ca(tmp_path / "ca.pem")
+    with FakeGitHub() as github:
+        github.add_repository("acme", "repo")
+        server = GitHttpsServer({}, "127.0.0.1", ca=ca, github_apis={"/acme/github": github}).start()
+        try:
+            api_url = f"https://127.0.0.1:{server.port}/acme/github"
+            trusting = GitHubClient("", api_url=api_url, ca_pem=ca.certificate_pem, max_attempts=1)
+            pull = trusting.open_pull_request("acme", "repo", head="agent/w", base="main", title="t", body="b")
+            # Then the system's CAs do not vouch for the server, and another folder holds no GitHub API
+            untrusting = GitHubClient("", api_url=api_url, max_attempts=1)
+            with pytest.raises(RetryableJobError, match=r"CERTIFICATE_VERIFY_FAILED|certificate verify failed"):
+                untrusting.open_pull_request("acme", "repo", head="agent/x", base="main", title="t", body="b")
+            elsewhere = GitHubClient(
+                "", api_url=f"https://127.0.0.1:{server.port}/mallory/github", ca_pem=ca.certificate_pem, max_attempts=1
+            )
+            with pytest.raises(PermanentJobError):
+                elsewhere.open_pull_request("acme", "repo", head="agent/y", base="main", title="t", body="b")
+        finally:
+            server.stop()
+
+    assert (pull.number, pull.created) == (1, True)
+    assert [(pr.owner, pr.repo, pr.head) for pr in github.list_pulls()] == [("acme", "repo", "agent/w")]
 
 
 def worker_store(stack: Stack, bounds: TenantBounds, registrations: dict[str, tuple[str, str]]) -> Any:

@@ -7,8 +7,9 @@ elsewhere by now, a symlink created since), so a registration never reaches anot
 network inside the deployment.
 
 Under `sam local` only (AWS_SAM_LOCAL is "true", see `Settings.local_git_server_settings`) one more private host is
-admitted: the local git server of the sample workspaces, and there only a repository in the registering tenant's own
-folder (`https://<host:port>/<tenantId>/<name>.git`), so that no tenant reaches another's remotes through it.
+admitted: the local git server of the sample workspaces, and there only the registering tenant's own folder (a remote
+`https://<host:port>/<tenantId>/<name>.git`, a GitHub API `https://<host:port>/<tenantId>/github`), so that no tenant
+reaches another's remotes or pull requests through it.
 """
 
 from __future__ import annotations
@@ -35,6 +36,10 @@ _SHARED_ADDRESS_SPACE = ipaddress.ip_network("100.64.0.0/10")
 
 # A repository name on the `sam local` git server: one path segment, never '.' or '..'.
 _LOCAL_GIT_REPOSITORY = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}\.git$")
+# Where the `sam local` git server serves a tenant's GitHub API stand-in, in the tenant's folder.
+LOCAL_GITHUB_FOLDER = "github"
+# A path segment below it (repos, an owner, a repository, pulls): never '.', '..' or an escape.
+_LOCAL_GITHUB_SEGMENT = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$")
 
 Resolver = Callable[[str, int | None], list[str]]
 
@@ -182,6 +187,24 @@ class TenantBounds:
             return allowed
         return None
 
+    def local_github_api_error(self, url: str, tenant_id: str, *, request: bool = False) -> str | None:
+        """None if `url` is `tenant_id`'s GitHub API on the `sam local` git server (`https://<host:port>/<tenantId>/github`),
+        or, with `request`, a request below it (a path of plain segments, any query), else what to name instead."""
+        allowed = (
+            f"githubApiUrl must be https://{self.local_git_server}/{tenant_id}/{LOCAL_GITHUB_FOLDER}"
+            " (this tenant's GitHub stand-in)"
+        )
+        parts = urlsplit(url)
+        if parts.scheme.lower() != "https" or "@" in parts.netloc or parts.fragment or (parts.query and not request):
+            return allowed
+        folder, _, rest = parts.path.removeprefix("/").partition("/")
+        api, _, below = rest.partition("/")
+        if folder != tenant_id or api != LOCAL_GITHUB_FOLDER:
+            return allowed
+        if below and (not request or not all(_LOCAL_GITHUB_SEGMENT.match(part) for part in below.split("/"))):
+            return allowed
+        return None
+
     # ---- hosts -------------------------------------------------------------------------------------------------------
 
     def host_error(self, url: str, field_name: str) -> str | None:
@@ -237,7 +260,11 @@ class TenantBounds:
             if problem:
                 errors.append({"field": "tokenParameter", "message": problem})
         if registration.github_api_url is not None:
-            problem = self.host_error(registration.github_api_url, "githubApiUrl")
+            api_url = registration.github_api_url
+            if self.is_local_git_remote(api_url):
+                problem = self.local_github_api_error(api_url, tenant_id)
+            else:
+                problem = self.host_error(api_url, "githubApiUrl")
             if problem:
                 errors.append({"field": "githubApiUrl", "message": problem})
         return errors

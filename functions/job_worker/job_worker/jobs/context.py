@@ -30,3 +30,6 @@ class JobContext:
     # Why a URL of the registration may not be called right now (its host resolves to a private address ...), or
     # None: checked right before each connection (`agent_jobs.tenancy.TenantBounds.host_error`).
     check_host: Callable[[str, str], str | None] = field(default=lambda url, field_name: None)
+    # The PEM of the one CA a URL of the registration is verified against instead of the system's (the `sam local` git
+    # server's, under `sam local` only), or None.
+    trusted_ca: Callable[[str], str | None] = field(default=lambda url: None)

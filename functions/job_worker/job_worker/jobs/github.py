@@ -12,6 +12,7 @@ import http.client
 import json
 import random
 import re
+import ssl
 import time
 import urllib.error
 import urllib.parse
@@ -65,7 +66,8 @@ class GitHubClient:
     `retry-after` and `x-ratelimit-reset` up to `max_backoff_seconds`), then raise `RetryableJobError` so the queue
     retries the job later. Answers that no retry can change (401, 404, other 4xx) raise `PermanentJobError` with what
     to fix. `api_url` is `https://api.github.com` or a GitHub Enterprise Server's `https://HOST/api/v3`;
-    `host_check` (the workspace's bounds) may refuse it before each request.
+    `host_check` (the workspace's bounds) may refuse it before each request. `ca_pem`, when given, is the one CA an
+    https:// API is verified against instead of the system's (the `sam local` git server's).
     """
 
     def __init__(
@@ -79,6 +81,7 @@ class GitHubClient:
         backoff_base_seconds: float = 0.5,
         max_backoff_seconds: float = 20,
         host_check: Callable[[str], str | None] | None = None,
+        ca_pem: str | None = None,
     ) -> None:
         parsed = urllib.parse.urlsplit(api_url)
         if parsed.scheme not in ("http", "https") or not parsed.netloc:
@@ -93,7 +96,10 @@ class GitHubClient:
         self.max_backoff_seconds = max_backoff_seconds
         self._sleep = sleep
         self._host_check = host_check
-        self._opener = urllib.request.build_opener(_RefuseRedirects())
+        handlers: list[urllib.request.BaseHandler] = [_RefuseRedirects()]
+        if ca_pem:
+            handlers.append(urllib.request.HTTPSHandler(context=ssl.create_default_context(cadata=ca_pem)))
+        self._opener = urllib.request.build_opener(*handlers)
 
     def __repr__(self) -> str:
         return f"GitHubClient(api_url={self.api_url!r})"

@@ -30,10 +30,12 @@ def run(job: OpenPrJob, context: JobContext) -> dict[str, Any]:
             f" PUT /workspaces/{workspace.workspace_id} to open pull requests"
         )
     owner, repo = registration.github_repository.split("/", 1)
+    api_url = registration.github_api_url or GITHUB_API_URL
     client = GitHubClient(
         context.token() or "",
-        api_url=registration.github_api_url or GITHUB_API_URL,
+        api_url=api_url,
         host_check=lambda url: context.check_host(url, "githubApiUrl"),
+        ca_pem=context.trusted_ca(api_url),
     )
     pull_request = client.open_pull_request(
         owner,

@@ -110,11 +110,14 @@ class RegisteredWorkspaceStore:
     def job_context(self, workspace_id: str, context: JobContext) -> JobContext:
         """`context` with the workspace's registration, its token (read on demand) and the owner's host check; an
         unregistered workspace raises PermanentJobError: its job ends DEAD saying to register it."""
+        registered = self.registration(workspace_id)
+        tenant_id = registered.tenant_id
         return replace(
             context,
-            registration=self.registration(workspace_id),
+            registration=registered,
             token=lambda: self.token(workspace_id),
-            check_host=self.check_host,
+            check_host=lambda url, field_name: self.check_host(url, field_name, tenant_id),
+            trusted_ca=self.trusted_ca,
         )
 
     def token(self, workspace_id: str) -> str | None:
@@ -130,9 +133,16 @@ class RegisteredWorkspaceStore:
             )
         return self._tokens(reference)
 
-    def check_host(self, url: str, field_name: str) -> str | None:
-        """Why `url` may not be called now (`TenantBounds.host_error`), or None."""
+    def check_host(self, url: str, field_name: str, tenant_id: str) -> str | None:
+        """Why `url`, of a registration of `tenant_id`, may not be called now (`TenantBounds.host_error`), or None.
+        Under `sam local`, a GitHub API request to the local git server must stay in the tenant's own folder."""
+        if field_name == "githubApiUrl" and self.bounds.is_local_git_remote(url):
+            return self.bounds.local_github_api_error(url, tenant_id, request=True)
         return self.bounds.host_error(url, field_name)
+
+    def trusted_ca(self, url: str) -> str | None:
+        """The `sam local` git server's CA for a URL of that server (under `sam local` only), else None."""
+        return self.bounds.local_git_ca if self.bounds.is_local_git_remote(url) else None
 
     def _remote(self, workspace_id: str) -> GitRemote:
         from job_worker.jobs.git_workspace import GitCredentials, GitRemote
