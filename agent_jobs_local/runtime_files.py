@@ -128,9 +128,12 @@ def write_env_file(
     (None: not set). SAM only applies variables the template declares for the function, which is why template.yaml
     declares AWS_ENDPOINT_URL through its EndpointUrl parameter: run `sam local ... --env-vars <file>
     --parameter-overrides EndpointUrl=<endpoint>` (any non-empty value declares it; the file's value is the one
-    used). `local_values` are the values of variables the template declares only for `sam local` (with EndpointUrl),
-    each set for the functions that declare it: LOCAL_JWT_PUBLIC_KEY (the development key's public half, against which
-    the producer verifies bearer tokens under `sam local start-api`)."""
+    used). `local_values` are values for variables the template declares, each set for the functions that declare
+    it, over the template's: those it declares only for `sam local` (with EndpointUrl), such as LOCAL_JWT_PUBLIC_KEY
+    (the development key's public half, against which the producer verifies bearer tokens under `sam local
+    start-api`), LOCAL_GIT_SERVER and LOCAL_GIT_CA (the sample workspaces' git server) and the worker's
+    AWS_ENDPOINT_URL_LAMBDA (`sam local start-lambda`), and others the stack gives its containers in its own way
+    (WORKSPACES_REMOTE_ROOT, and TEST_SANDBOX_FUNCTION as `sam local start-lambda` names the sandbox)."""
     document: dict[str, dict[str, str]] = {}
     for function_id in model.resources_of_type("AWS::Serverless::Function"):
         environment = model.function_environment(function_id, resources.references)
