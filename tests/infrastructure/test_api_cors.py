@@ -93,6 +93,13 @@ def test_cors_any_origin_is_allowed_only_alone_and_without_credentials(
         "https://user@app.example.com",
         "file:///tmp/page.html",
         "https://app.example.com,",
+        "*,*",
+        "https://a.com,*",
+        "HTTPS://app.example.com",
+        "http://localhost.evil.com",  # a public name that starts like this machine's
+        "http://localhost:80@evil.com",
+        "https://\uff41pp.example.com",  # a full-width letter
+        "https://app.example.com\n",
     ],
 )
 def test_cors_origins_refuses_what_is_not_a_web_origin_or_opens_the_api_wider(template: Template, origins: str) -> None:
