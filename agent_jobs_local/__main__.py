@@ -1,5 +1,5 @@
-"""`python -m agent_jobs_local demo|local|token`: `agent-jobs demo` and `agent-jobs local`, and bearer tokens for the
-local API."""
+"""`python -m agent_jobs_local demo|local|token|container-host`: `agent-jobs demo` and `agent-jobs local`, bearer tokens
+for the local API, and the address `sam local`'s containers reach this machine at."""
 
 from __future__ import annotations
 

@@ -312,13 +312,19 @@ class LocalRuntime:
             path, api_url=self.api_url, endpoint_url=self.endpoint_url, resources=self.resources
         )
 
-    def write_env_file(self, path: Path, endpoint_for_containers: str | None = None) -> Path:
+    def write_env_file(
+        self,
+        path: Path,
+        endpoint_for_containers: str | None = None,
+        container_values: Mapping[str, str] | None = None,
+    ) -> Path:
         """Write a `sam local invoke --env-vars` / `sam local start-api --env-vars` file for these resources (see
         `runtime_files.write_env_file`). AWS_ENDPOINT_URL is `endpoint_for_containers`, default the emulator's URL
         with its host replaced by host.docker.internal (how a function's container reaches this machine); the
         producer's LOCAL_JWT_PUBLIC_KEY is the development key's public half (tokens of `agent_jobs_local token`);
         WORKSPACES_REMOTE_ROOT is this stack's, against which its registrations were checked; `sam_local_env` (the
-        sample workspaces' git server and its CA) as the stack's own functions have it."""
+        sample workspaces' git server and its CA) as the stack's own functions have it; `container_values` last (for
+        the containers only, such as where `sam local start-lambda` serves the test sandbox)."""
         endpoint = endpoint_for_containers
         if endpoint is None and self._endpoint_url is not None:
             endpoint = container_endpoint(self._endpoint_url, (self.listen_host,))
@@ -326,6 +332,7 @@ class LocalRuntime:
             "LOCAL_JWT_PUBLIC_KEY": public_key_pem(dev_signing_key().public_key),
             "WORKSPACES_REMOTE_ROOT": str(self.remotes_root),
             **self.sam_local_env,
+            **(container_values or {}),
         }
         return write_env_file(path, self.model, self.resources, endpoint, local_values)
 

@@ -7,8 +7,11 @@ events' job goes to repo-gamma (so that the queue's workers, which run it, never
 events' jobs). The remotes lie in the tenant's folder of the stack's remotes root (WORKSPACES_REMOTE_ROOT). A function
 that `sam local invoke` runs in a container sees none of this machine's folders, so repo-alpha and repo-beta, the
 SQS events' workspaces, are registered with https:// remotes on the local git server (`git_server.GitHttpsServer`),
-which serves those same folders where containers reach this machine; repo-gamma, whose jobs the stack's own workers
-run on this machine (where host.docker.internal means nothing), keeps its file-system remote (docs/local-runtime.md).
+which serves those same folders where containers reach this machine, with their GitHub API (the same fake GitHub, at
+`/tenant-demo/github`); repo-gamma, whose jobs the stack's own workers run on this machine (where
+host.docker.internal means nothing), keeps its file-system remote and the fake GitHub's loopback URL
+(docs/local-runtime.md). The worker's run_tests jobs reach the test sandbox where `sam local start-lambda` serves it
+(`container_values`).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from urllib.parse import urlsplit
 
 from agent_jobs_local.fake_github import FakeGitHub
 from agent_jobs_local.git_server import GitHttpsServer
+from agent_jobs_local.runtime_files import CONTAINER_HOST
 from agent_jobs_local.workload_plan import GITHUB_OWNER
 from agent_jobs_local.workload_remotes import create_remote, register_workspaces, remote_path
 
@@ -35,6 +39,8 @@ SAMPLE_WORKSPACES: Final[Mapping[str, Mapping[str, bytes]]] = {
 }
 # The workspaces that `sam local invoke JobWorkerFunction` runs jobs of (the SQS events'): served over HTTPS.
 SERVED_OVER_HTTPS: Final = ("repo-alpha", "repo-beta")
+# The function the worker's TEST_SANDBOX_FUNCTION names, as `sam local start-lambda` serves it (its logical id).
+SANDBOX_FUNCTION: Final = "TestSandboxFunction"
 
 
 class SampleWorkspaces:
@@ -62,7 +68,8 @@ class SampleWorkspaces:
         self.github.start()
         if self.git_host is not None:
             served = {self.served_path(workspace_id): self.remotes[workspace_id] for workspace_id in SERVED_OVER_HTTPS}
-            self.git_server = GitHttpsServer(served, self.git_host).start()
+            apis = {f"/{SAMPLE_TENANT}/github": self.github}
+            self.git_server = GitHttpsServer(served, self.git_host, github_apis=apis).start()
         return self
 
     def stop(self) -> None:
@@ -99,6 +106,16 @@ class SampleWorkspaces:
             "LOCAL_GIT_CA": self.git_server.ca.certificate_pem,
         }
 
+    @staticmethod
+    def container_values(lambda_port: int) -> dict[str, str]:
+        """The worker's test sandbox as a container reaches it: `sam local start-lambda --port <lambda_port>` on the
+        address the stack serves (AWS_ENDPOINT_URL_LAMBDA), under the name that command gives it
+        (TEST_SANDBOX_FUNCTION)."""
+        return {
+            "AWS_ENDPOINT_URL_LAMBDA": f"http://{CONTAINER_HOST}:{lambda_port}",
+            "TEST_SANDBOX_FUNCTION": SANDBOX_FUNCTION,
+        }
+
     @property
     def allowed_private_hosts(self) -> list[str]:
         """The fake GitHub's host:port, which the stack's ALLOWED_PRIVATE_HOSTS must name for the registrations."""
@@ -106,7 +123,15 @@ class SampleWorkspaces:
 
     def register(self, api_url: str) -> dict[str, int]:
         """Register every sample workspace through the API at `api_url`; workspace -> status (201, or 200)."""
-        return register_workspaces(api_url, self.remote_urls, self.github.url, tenant_id=SAMPLE_TENANT)
+        remotes = self.remote_urls
+        statuses: dict[str, int] = {}
+        if self.git_server is not None:
+            # repo-alpha and repo-beta: their remotes and their GitHub API on the git server, as containers reach it
+            served = {workspace_id: remotes.pop(workspace_id) for workspace_id in SERVED_OVER_HTTPS}
+            github = self.git_server.container_url(f"/{SAMPLE_TENANT}/github")
+            statuses.update(register_workspaces(api_url, served, github, tenant_id=SAMPLE_TENANT))
+        statuses.update(register_workspaces(api_url, remotes, self.github.url, tenant_id=SAMPLE_TENANT))
+        return statuses
 
     def __enter__(self) -> SampleWorkspaces:
         return self.start()
@@ -117,4 +142,10 @@ class SampleWorkspaces:
         self.stop()
 
 
-__all__ = ["SAMPLE_TENANT", "SAMPLE_WORKSPACES", "SERVED_OVER_HTTPS", "SampleWorkspaces"]
+__all__ = [
+    "SAMPLE_TENANT",
+    "SAMPLE_WORKSPACES",
+    "SANDBOX_FUNCTION",
+    "SERVED_OVER_HTTPS",
+    "SampleWorkspaces",
+]

@@ -108,6 +108,14 @@ def local(
             " default --tenant).",
         ),
     ] = False,
+    sam_local_lambda_port: Annotated[
+        int,
+        typer.Option(
+            "--sam-local-lambda-port",
+            help="With --sam-local: the port of `sam local start-lambda`, where the worker's run_tests jobs invoke the"
+            " test sandbox (AWS_ENDPOINT_URL_LAMBDA of env.local.json).",
+        ),
+    ] = 3002,
 ) -> None:
     """Run the stack for manual use (curl the API, watch the worker) until Ctrl-C; writes env.local.json (sam local)
     and .agent-jobs/local.json (agent-jobs)."""
@@ -144,7 +152,9 @@ def local(
         )
         if samples is not None:
             samples.register(runtime.api_url)
-        runtime.write_env_file(env_file)
+        runtime.write_env_file(
+            env_file, container_values=samples.container_values(sam_local_lambda_port) if samples else None
+        )
         runtime.write_connection_file(connection_file)
         print_stack(
             console, runtime, env_file=env_file, connection_file=connection_file, workspaces_root=workspaces_root
@@ -231,6 +241,14 @@ def print_local_tokens(console: Console, api_url: str, tenant: str) -> None:
     )
 
 
+def container_host() -> None:
+    """Print the address `sam local`'s containers reach this machine at, as `local --sam-local` serves on it (the
+    docker bridge's on Linux, 127.0.0.1 with Docker Desktop): `sam local start-lambda --host` takes it."""
+    from agent_jobs_local.runtime_files import container_reachable_host
+
+    print(container_reachable_host())
+
+
 def checked_token(
     tenant: Annotated[str, typer.Option("--tenant", help="The tenant the token is for (its tenant_id claim).")],
     operator: Annotated[bool, typer.Option("--operator", help=f"Add the operator scope ({OPERATOR_SCOPE}).")] = False,
@@ -277,3 +295,4 @@ local_runtime_app = typer.Typer(
 local_runtime_app.command("demo")(demo)
 local_runtime_app.command("local")(local)
 local_runtime_app.command("token")(checked_token)
+local_runtime_app.command("container-host")(container_host)

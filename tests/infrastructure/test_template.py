@@ -789,3 +789,21 @@ def test_provision_defaults_to_the_repository_template() -> None:
     with mock_aws():
         resources = provision(boto3.Session(region_name=REGION))
     assert resources.queue_name == "agent-jobs-local-jobs.fifo"
+
+
+def test_sam_local_settings_exist_only_with_an_endpoint_url(template: Template) -> None:
+    # Declared with EndpointUrl (so that `sam local`'s env file may set them), absent from a deployed function
+    sam_local_only = {"Fn::If": ["HasEndpointUrl", "", {"Ref": "AWS::NoValue"}]}
+    declared = {
+        function_id: {
+            name
+            for name, value in _props(template, function_id)["Environment"]["Variables"].items()
+            if value == sam_local_only
+        }
+        for function_id in ("EnqueueApiFunction", "JobWorkerFunction")
+    }
+
+    assert declared == {
+        "EnqueueApiFunction": {"LOCAL_JWT_PUBLIC_KEY", "LOCAL_GIT_SERVER", "LOCAL_GIT_CA"},
+        "JobWorkerFunction": {"LOCAL_GIT_SERVER", "LOCAL_GIT_CA", "AWS_ENDPOINT_URL_LAMBDA"},
+    }

@@ -3,7 +3,10 @@ commits their patches apply to; the address the emulator is served on for contai
 
 from __future__ import annotations
 
+import ipaddress
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -92,12 +95,14 @@ def test_sam_local_serves_the_sqs_events_workspaces_over_https_for_containers(tm
         ) as runtime,
     ):
         statuses = samples.register(runtime.api_url)
-        remote_urls = {
+        registrations = {
             workspace_id: runtime._clients().dynamodb.get_item(
                 TableName=runtime.resources.table_name, Key={"pk": {"S": f"ws#{workspace_id}"}}, ConsistentRead=True
-            )["Item"]["remoteUrl"]["S"]
+            )["Item"]
             for workspace_id in SAMPLE_WORKSPACES
         }
+        remote_urls = {workspace_id: item["remoteUrl"]["S"] for workspace_id, item in registrations.items()}
+        api_urls = {workspace_id: item["githubApiUrl"]["S"] for workspace_id, item in registrations.items()}
         assert samples.git_server is not None
         port, ca_pem = samples.git_server.port, samples.git_server.ca.certificate_pem
         # What the server answers a client that trusts its CA, and one that trusts only the system's
@@ -108,7 +113,10 @@ def test_sam_local_serves_the_sqs_events_workspaces_over_https_for_containers(tm
         refs = trusting_client.get_refs(path.encode()).refs
         with pytest.raises(GitProtocolError, match="CERTIFICATE_VERIFY_FAILED"):
             untrusting.get_refs(path.encode())
-        env_file = json.loads(runtime.write_env_file(tmp_path / "env.json").read_text())
+        env_file = json.loads(
+            runtime.write_env_file(tmp_path / "env.json", container_values=samples.container_values(3002)).read_text()
+        )
+        loopback_github = samples.github.url
 
     # Then the SQS events' workspaces are registered with the server's URLs as containers name it, repo-gamma (run by
     # the stack's own workers) with its folder
@@ -117,9 +125,33 @@ def test_sam_local_serves_the_sqs_events_workspaces_over_https_for_containers(tm
     for workspace_id in SERVED_OVER_HTTPS:
         assert remote_urls[workspace_id] == f"https://{netloc}/{SAMPLE_TENANT}/{workspace_id}.git"
     assert remote_urls["repo-gamma"] == str(tmp_path / "remotes" / SAMPLE_TENANT / "repo-gamma.git")
+    # their pull requests go to the tenant's GitHub API on that server; repo-gamma's to the fake GitHub on loopback
+    for workspace_id in SERVED_OVER_HTTPS:
+        assert api_urls[workspace_id] == f"https://{netloc}/{SAMPLE_TENANT}/github"
+    assert api_urls["repo-gamma"] == loopback_github
     # served from the remotes' own folders, over TLS with the local CA's certificate
     assert b"refs/heads/main" in refs
     # and the env file gives the functions that declare them the server and its CA
     for function_id in ("EnqueueApiFunction", "JobWorkerFunction"):
         assert env_file[function_id]["LOCAL_GIT_SERVER"] == netloc
         assert env_file[function_id]["LOCAL_GIT_CA"] == ca_pem
+    # and the worker the test sandbox where `sam local start-lambda` serves it, by the name it serves it under
+    worker = env_file["JobWorkerFunction"]
+    assert (worker["AWS_ENDPOINT_URL_LAMBDA"], worker["TEST_SANDBOX_FUNCTION"]) == (
+        "http://host.docker.internal:3002",
+        "TestSandboxFunction",
+    )
+    assert "AWS_ENDPOINT_URL_LAMBDA" not in env_file["EnqueueApiFunction"]
+    assert runtime.model.function_properties("JobWorkerFunction")["Environment"]["Variables"][
+        "TEST_SANDBOX_FUNCTION"
+    ] == {"Ref": "TestSandboxFunction"}
+
+
+def test_container_host_prints_where_local_sam_local_serves() -> None:
+    # `sam local start-lambda --host $(python -m agent_jobs_local container-host)`: the address the stack serves on
+    printed = subprocess.run(
+        [sys.executable, "-m", "agent_jobs_local", "container-host"], capture_output=True, text=True, check=True
+    ).stdout
+
+    assert printed == f"{container_reachable_host()}\n"
+    assert ipaddress.ip_address(printed.strip()) != ipaddress.ip_address("0.0.0.0")

@@ -27,6 +27,9 @@ COMMANDS: Final = [
     "OPTS=(-t .aws-sam/sam-local/template.yaml --env-vars env.local.json --skip-pull-image"
     " --add-host host.docker.internal:host-gateway --parameter-overrides Architecture=$ARCH"
     " EndpointUrl=$(jq -r .EnqueueApiFunction.AWS_ENDPOINT_URL env.local.json))",
+    "HOST=$(python -m agent_jobs_local container-host)",
+    'sam local start-lambda "${OPTS[@]}" --host $HOST --port 3002 &',
+    "until curl -so /dev/null $HOST:3002; do sleep 1; done",
     'sam local invoke EnqueueApiFunction "${OPTS[@]}" -e events/http_put_workspace.json',
     'sam local invoke EnqueueApiFunction "${OPTS[@]}" -e events/http_post_job.json',
     'sam local invoke EnqueueApiFunction "${OPTS[@]}" -e events/http_get_job.json',

@@ -34,8 +34,6 @@ START_API = "http://127.0.0.1:3001"
 SCRIPT_TIMEOUT_SECONDS = 1500
 # Docker's installation and the base image's build (first run only) come before the script, in the same setup.
 pytestmark = pytest.mark.timeout(2400)
-SAMPLE_SQS_EVENT = REPO / "events" / "sqs_fifo_two_workspaces.json"
-DUPLICATE_SQS_EVENT = REPO / "events" / "sqs_fifo_duplicate_delivery.json"
 # Where `make local LOCAL_ARGS=--sam-local` creates the sample tenant's remotes (beside its workspaces folder).
 SAMPLE_REMOTES = REPO / ".local" / "remotes" / "tenant-demo"
 
@@ -126,8 +124,9 @@ def _port_taken(port: int) -> bool:
 def readme_run(
     lambda_image: str, command_line_tools: None, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ScriptRun]:
-    # The commands use the local API's port 3000 and start-api's 3001; taken, the first `until` would wait forever.
-    taken = [port for port in (3000, 3001) if _port_taken(port)]
+    # The commands use the local API's port 3000, start-api's 3001 and start-lambda's 3002; taken, an `until` would wait
+    # forever.
+    taken = [port for port in (3000, 3001, 3002) if _port_taken(port)]
     if taken:
         pytest.fail(f"the README's commands need port {' and '.join(map(str, taken))}, in use (another `make local`?)")
     folder = tmp_path_factory.mktemp("sam-local")
@@ -197,11 +196,6 @@ class Emulator:
             time.sleep(0.5)
 
 
-def _records(event: Path) -> list[dict[str, Any]]:
-    records: list[dict[str, Any]] = json.loads(event.read_text())["Records"]
-    return records
-
-
 def _remote_git(workspace_id: str, *args: str) -> bytes:
     """git in the sample workspace's remote (the folder the local git server serves)."""
     remote = SAMPLE_REMOTES / f"{workspace_id}.git"
@@ -218,6 +212,11 @@ def remote_branch_message(workspace_id: str) -> str:
 
 def remote_branch_file(workspace_id: str, path: str) -> bytes:
     return _remote_git(workspace_id, "show", f"refs/heads/agent/{workspace_id}:{path}")
+
+
+def _command(naming: str) -> str:
+    (command,) = [command for command in COMMANDS if naming in command]
+    return command
 
 
 def _body(response: dict[str, Any]) -> dict[str, Any]:
@@ -263,14 +262,10 @@ def test_readme_commands_run_and_answer_as_documented(readme_run: ScriptRun) -> 
     assert emulator.wait_for_job("job-0001", "SUCCEEDED")["attempt"] == 1
 
     # the worker, in its container: the events' jobs are checked, claimed and run in order per workspace, on remotes
-    # the local git server serves over HTTPS (trusting its local CA, under sam local only): each workspace's patch
-    # takes effect; run_tests then needs the test sandbox function, which a container cannot invoke (it is served by
-    # the local stack, not the emulator), so it fails retryably and the rest of its group is handed back unstarted
-    records = [(record["messageId"], json.loads(record["body"])) for record in _records(SAMPLE_SQS_EVENT)]
+    # the local git server serves over HTTPS (trusting its local CA, under sam local only); run_tests invokes the test
+    # sandbox that `sam local start-lambda` serves, and open_pr the GitHub API of the tenant's folder of that server
     first = readme_run.answer("events/sqs_fifo_two_workspaces.json")
-    assert sorted(item["itemIdentifier"] for item in first["batchItemFailures"]) == sorted(
-        message_id for message_id, body in records if body["type"] != "apply_patch"
-    )
+    assert first["batchItemFailures"] == [], readme_run.err(COMMANDS.index(_command("sqs_fifo_two_workspaces")))[-3000:]
     for job_id, workspace_id, path, content in (
         ("job-a-001", "repo-alpha", "src/app.py", b"fixed = True\n"),
         ("job-b-001", "repo-beta", "README.md", b"Beta docs\n"),
@@ -283,20 +278,23 @@ def test_readme_commands_run_and_answer_as_documented(readme_run: ScriptRun) -> 
         assert remote_branch_head(workspace_id) == job["result"]["commit"]
         assert f"Agent-Job-Id: {job_id}" in remote_branch_message(workspace_id)
         assert (emulator.item(f"ws#{workspace_id}") or {}).get("state", "ACTIVE") == "ACTIVE"
-    # (job-a-002 is in both events: attempt 2 after the second)
-    for job_id, attempts in (("job-a-002", 2), ("job-b-002", 1)):
+    # the tests ran in the sandbox's own container, on the commit each patch made
+    for job_id, patched_by in (("job-a-002", "job-a-001"), ("job-b-002", "job-b-001")):
         job = emulator.job(job_id)
         assert job is not None
-        assert (job["status"], job["attempt"]) == ("FAILED", attempts), job
-        assert "TEST_SANDBOX_FUNCTION" in job["error"]
-    assert emulator.job("job-a-003") is None
-    # the duplicate delivery: job-a-001 again, twice, acknowledged without a second effect
+        assert (job["status"], job["attempt"]) == ("SUCCEEDED", 1), job
+        assert (job["result"]["outcome"], job["result"]["exitCode"]) == ("passed", 0), job
+        assert job["result"]["outputTail"] == "tests pass\n"
+        assert job["result"]["commit"] == (emulator.job(patched_by) or {})["result"]["commit"]
+    pull_request = emulator.job("job-a-003")
+    assert pull_request is not None
+    assert (pull_request["status"], pull_request["result"]["alreadyOpen"]) == ("SUCCEEDED", False), pull_request
+    assert pull_request["result"]["number"] >= 1
+    # the duplicate delivery: job-a-001 again, twice, and job-a-002: acknowledged without a second effect
     duplicate = readme_run.answer("events/sqs_fifo_duplicate_delivery.json")
-    duplicate_records = [(record["messageId"], json.loads(record["body"])) for record in _records(DUPLICATE_SQS_EVENT)]
-    assert [item["itemIdentifier"] for item in duplicate["batchItemFailures"]] == [
-        message_id for message_id, body in duplicate_records if body["type"] != "apply_patch"
-    ]
-    assert (emulator.job("job-a-001") or {}).get("attempt") == 1
+    assert duplicate["batchItemFailures"] == []
+    for job_id in ("job-a-001", "job-a-002"):
+        assert (emulator.job(job_id) or {}).get("attempt") == 1
     assert remote_branch_head("repo-alpha") == (emulator.job("job-a-001") or {})["result"]["commit"]
 
     # the test sandbox, in its container, with its tenant
