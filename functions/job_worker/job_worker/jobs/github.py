@@ -98,7 +98,11 @@ class GitHubClient:
         self._host_check = host_check
         handlers: list[urllib.request.BaseHandler] = [_RefuseRedirects()]
         if ca_pem:
-            handlers.append(urllib.request.HTTPSHandler(context=ssl.create_default_context(cadata=ca_pem)))
+            try:
+                context = ssl.create_default_context(cadata=ca_pem)
+            except (ssl.SSLError, ValueError) as error:
+                raise PermanentJobError(f"the CA trusted for {api_url} is no usable certificate: {error}") from error
+            handlers.append(urllib.request.HTTPSHandler(context=context))
         self._opener = urllib.request.build_opener(*handlers)
 
     def __repr__(self) -> str:
@@ -167,8 +171,8 @@ class GitHubClient:
     ) -> _Answer:
         url = self.api_url + path + (f"?{urllib.parse.urlencode(query)}" if query else "")
         what = f"{method} {path}"
-        # Right before connecting: the name may resolve elsewhere than when the workspace was registered.
-        refused = self._host_check(self.api_url) if self._host_check else None
+        # Right before connecting, the whole URL: the name may resolve elsewhere than when the workspace was registered.
+        refused = self._host_check(url) if self._host_check else None
         if refused:
             raise PermanentJobError(
                 f"{refused}; register the workspace again (PUT /workspaces/...) with a githubApiUrl on a public host"
