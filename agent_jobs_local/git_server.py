@@ -70,9 +70,12 @@ def local_ca(path: Path | None = None) -> LocalCa:
     path = path or local_ca_path()
     if path.exists():
         data = path.read_bytes()
-        key = serialization.load_pem_private_key(data, password=None)
-        if isinstance(key, ec.EllipticCurvePrivateKey):
-            return LocalCa(x509.load_pem_x509_certificate(data), key)
+        try:
+            key = serialization.load_pem_private_key(data, password=None)
+            if isinstance(key, ec.EllipticCurvePrivateKey):
+                return LocalCa(x509.load_pem_x509_certificate(data), key)
+        except ValueError:
+            pass  # not a CA of ours (damaged, or something else): made anew
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, CA_NAME)])
     now = datetime.datetime.now(datetime.UTC)
@@ -95,9 +98,11 @@ def local_ca(path: Path | None = None) -> LocalCa:
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     )
     path.parent.mkdir(parents=True, exist_ok=True)
-    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    # A new file renamed into place: mode 0600 whatever the one it replaces had.
+    descriptor, partial = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     with os.fdopen(descriptor, "wb") as file:
         file.write(key_pem + certificate.public_bytes(serialization.Encoding.PEM))
+    os.replace(partial, path)
     return LocalCa(certificate, key)
 
 
@@ -139,6 +144,11 @@ class _ThreadingGitServer(ThreadingMixIn, WSGIServerLogger):
     daemon_threads = True
 
 
+class _RequestHandler(WSGIRequestHandlerLogger):
+    # A client that stops sending (a Content-Length longer than its body) holds its thread this long at most.
+    timeout = 30
+
+
 # The largest request body the GitHub stand-in reads (a pull request's title and body).
 GITHUB_BODY_LIMIT_BYTES: Final = 1024 * 1024
 
@@ -161,28 +171,30 @@ def _github_answer(
     github: FakeGitHub, path: str, environ: WSGIEnvironment, start_response: StartResponse
 ) -> Iterable[bytes]:
     try:
-        length = min(int(environ.get("CONTENT_LENGTH") or 0), GITHUB_BODY_LIMIT_BYTES)
+        length = int(environ.get("CONTENT_LENGTH") or 0)
     except ValueError:
         length = 0
+    if length > GITHUB_BODY_LIMIT_BYTES:
+        return _json_answer(start_response, 413, {}, {"message": "Payload too large"})
     raw = environ["wsgi.input"].read(length) if length > 0 else b""
     body: Any
     try:
         body = json.loads(raw) if raw else None
-    except ValueError:
-        body = None
+    except (ValueError, RecursionError):
+        return _json_answer(start_response, 400, {}, {"message": "Problems parsing JSON"})
     headers = {key[5:].replace("_", "-").lower(): value for key, value in environ.items() if key.startswith("HTTP_")}
     query = environ.get("QUERY_STRING", "")
     status, answer_headers, answer = github.answer(
         environ["REQUEST_METHOD"], path + (f"?{query}" if query else ""), headers, body
     )
+    return _json_answer(start_response, status, answer_headers, answer)
+
+
+def _json_answer(start_response: StartResponse, status: int, headers: Mapping[str, str], answer: Any) -> list[bytes]:
     payload = json.dumps(answer).encode() if answer is not None else b""
     start_response(
         f"{status} {HTTPStatus(status).phrase}",
-        [
-            ("Content-Type", "application/json; charset=utf-8"),
-            ("Content-Length", str(len(payload))),
-            *answer_headers.items(),
-        ],
+        [("Content-Type", "application/json; charset=utf-8"), ("Content-Length", str(len(payload))), *headers.items()],
     )
     return [payload]
 
@@ -231,7 +243,7 @@ class GitHttpsServer:
             self.host,
             self._port,
             with_github_apis(make_wsgi_chain(backend), self.github_apis),
-            handler_class=WSGIRequestHandlerLogger,
+            handler_class=_RequestHandler,
             server_class=_ThreadingGitServer,
         )
         certificate, key = server_certificate(self.ca, self.host)

@@ -7,8 +7,8 @@ events' job goes to repo-gamma (so that the queue's workers, which run it, never
 events' jobs). The remotes lie in the tenant's folder of the stack's remotes root (WORKSPACES_REMOTE_ROOT). A function
 that `sam local invoke` runs in a container sees none of this machine's folders, so repo-alpha and repo-beta, the
 SQS events' workspaces, are registered with https:// remotes on the local git server (`git_server.GitHttpsServer`),
-which serves those same folders where containers reach this machine, with their GitHub API (the same fake GitHub, at
-`/tenant-demo/github`); repo-gamma, whose jobs the stack's own workers run on this machine (where
+which serves those same folders where containers reach this machine, with their GitHub API (a fake GitHub of that
+server's own, at `/tenant-demo/github`); repo-gamma, whose jobs the stack's own workers run on this machine (where
 host.docker.internal means nothing), keeps its file-system remote and the fake GitHub's loopback URL
 (docs/local-runtime.md). The worker's run_tests jobs reach the test sandbox where `sam local start-lambda` serves it
 (`container_values`).
@@ -57,6 +57,8 @@ class SampleWorkspaces:
         self.remotes: dict[str, Path] = {}
         self.git_host = git_host
         self.git_server: GitHttpsServer | None = None
+        # The git server's GitHub API: apart from the loopback one, which ALLOWED_PRIVATE_HOSTS admits for every tenant.
+        self.container_github = FakeGitHub()
 
     def start(self) -> SampleWorkspaces:
         for workspace_id, files in SAMPLE_WORKSPACES.items():
@@ -67,14 +69,18 @@ class SampleWorkspaces:
             self.github.add_repository(GITHUB_OWNER, workspace_id)
         self.github.start()
         if self.git_host is not None:
+            for workspace_id in SERVED_OVER_HTTPS:
+                self.container_github.add_repository(GITHUB_OWNER, workspace_id)
+            self.container_github.start()
             served = {self.served_path(workspace_id): self.remotes[workspace_id] for workspace_id in SERVED_OVER_HTTPS}
-            apis = {f"/{SAMPLE_TENANT}/github": self.github}
+            apis = {f"/{SAMPLE_TENANT}/github": self.container_github}
             self.git_server = GitHttpsServer(served, self.git_host, github_apis=apis).start()
         return self
 
     def stop(self) -> None:
         if self.git_server is not None:
             self.git_server.stop()
+            self.container_github.stop()
         self.github.stop()
 
     @staticmethod
