@@ -7,26 +7,33 @@ host.docker.internal is the docker bridge's gateway in a container, so every tes
 
 from __future__ import annotations
 
+import http.client
 import os
+import ssl
 import stat
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
+from dulwich.client import get_transport_and_path
+from dulwich.errors import GitProtocolError
+from dulwich.repo import Repo
 
 from agent_jobs.registration import WorkspaceRegistration
 from agent_jobs.settings import Settings
 from agent_jobs.tenancy import TenantBounds
 from agent_jobs.workspaces import WorkspaceRegistry
 from agent_jobs_local.fake_github import FakeGitHub
-from agent_jobs_local.git_server import GitHttpsServer, local_ca
+from agent_jobs_local.git_server import GITHUB_BODY_LIMIT_BYTES, GitHttpsServer, local_ca
 from enqueue_api import app
+from job_worker.jobs.context import JobContext
 from job_worker.jobs.errors import PermanentJobError, RetryableJobError
 from job_worker.jobs.git.transport import git_config_trusting
 from job_worker.jobs.github import GitHubClient
 from job_worker.jobs.registered import RegisteredWorkspaceStore
+from job_worker.jobs.workspace import Workspace
 from tests.conftest import Stack
 from tests.integration.test_enqueue_api import Api, use_environment
 from tests.integration.test_workspace_api import put_event
@@ -88,6 +95,19 @@ def test_the_git_server_setting_is_ignored_unless_sam_cli_runs_the_function(
     assert bounds.host_error(f"https://{SERVER}/acme/repo.git", "remoteUrl") is not None
 
 
+@pytest.mark.parametrize(("server", "ca"), [("", "ca"), ("   ", "ca"), (SERVER, "not a certificate"), (SERVER, "")])
+def test_an_empty_git_server_or_a_ca_without_a_certificate_admits_nothing(
+    monkeypatch: pytest.MonkeyPatch, ca_pem: str, server: str, ca: str
+) -> None:
+    monkeypatch.setenv("AWS_SAM_LOCAL", "true")
+    monkeypatch.setenv("LOCAL_GIT_SERVER", server)
+    monkeypatch.setenv("LOCAL_GIT_CA", ca_pem if ca == "ca" else ca)
+
+    bounds = TenantBounds.from_settings(Settings(table_name="jobs", queue_url="https://sqs.example/q.fifo"))
+
+    assert (bounds.local_git_server, bounds.local_git_ca) == (None, None)
+
+
 def test_registering_the_git_server_outside_sam_local_is_422(
     stack: Stack, monkeypatch: pytest.MonkeyPatch, ca_pem: str
 ) -> None:
@@ -119,6 +139,9 @@ def test_a_tenant_registers_its_own_folder_of_the_git_server(sam_local_api: Api)
         f"http://{SERVER}/mallory/repo.git",
         f"https://{SERVER}/",
         f"https://{SERVER}/mallory/",
+        "https://HOST.DOCKER.INTERNAL:8443/acme/repo.git",  # the victim's folder, by other spellings of the server
+        "https://host.docker.internal.:8443/acme/repo.git",
+        "https://host.docker.internal:08443/acme/repo.git",
     ],
 )
 def test_a_tenant_cannot_reach_another_folder_of_the_git_server(sam_local_api: Api, remote: str) -> None:
@@ -278,3 +301,95 @@ def test_the_worker_keeps_the_ca_in_a_file_of_its_own(ca_pem: str) -> None:
     # Then one file holds the CA, readable by this process's user alone, at a name nobody could have planted
     assert Path(os.fsdecode(path)).read_text() == ca_pem
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+
+
+def test_a_workspaces_job_context_checks_and_trusts_for_its_own_tenant(stack: Stack, ca_pem: str) -> None:
+    # Given acme's workspace on the git server, with its GitHub API there
+    registry = WorkspaceRegistry(stack.services.dynamodb, stack.table_name)
+    registration = WorkspaceRegistration(
+        remote_url=f"https://{SERVER}/acme/repo.git", branch="agent/w", github_api_url=f"https://{SERVER}/acme/github"
+    )
+    registry.register("acme-repo", registration, "acme")
+    bounds = TenantBounds(local_git_server=SERVER, local_git_ca=ca_pem, resolve=lambda host, port: ["93.184.216.34"])
+    store = RegisteredWorkspaceStore(registry, Path("/nonexistent"), tokens=lambda name: "x", bounds=bounds)
+
+    context = store.job_context("acme-repo", JobContext(workspace=cast("Workspace", None), remaining_ms=lambda: 1000))
+
+    # Then its open_pr job may call acme's folder alone, and trusts the CA for the git server alone
+    assert context.check_host(f"https://{SERVER}/acme/github/repos/o/r/pulls", "githubApiUrl") is None
+    assert context.check_host(f"https://{SERVER}/mallory/github/repos/o/r/pulls", "githubApiUrl") is not None
+    assert context.trusted_ca(f"https://{SERVER}/acme/github") == ca_pem
+    assert context.trusted_ca("https://api.github.com") is None
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[GitHttpsServer, FakeGitHub]]:
+    """The git server on loopback (its certificate names 127.0.0.1), with acme's repository and GitHub API."""
+    Repo.init_bare(str(tmp_path / "repo.git"), mkdir=True)
+    with FakeGitHub() as github:
+        github.add_repository("acme", "repo")
+        server = GitHttpsServer(
+            {"/acme/repo.git": tmp_path / "repo.git"},
+            "127.0.0.1",
+            ca=local_ca(tmp_path / "ca.pem"),
+            github_apis={"/acme/github": github},
+        ).start()
+        try:
+            yield server, github
+        finally:
+            server.stop()
+
+
+@pytest.mark.parametrize("trusted", ["another CA", "the right CA, the wrong name"])
+def test_the_local_ca_vouches_only_for_the_server_it_signed(
+    served: tuple[GitHttpsServer, FakeGitHub], tmp_path: Path, trusted: str
+) -> None:
+    server, _ = served
+    other_ca = local_ca(tmp_path / "other-ca.pem").certificate_pem
+    ca_pem, host = (other_ca, "127.0.0.1") if trusted == "another CA" else (server.ca.certificate_pem, "localhost")
+    github = GitHubClient("", api_url=f"https://{host}:{server.port}/acme/github", ca_pem=ca_pem, max_attempts=1)
+    client, path = get_transport_and_path(
+        f"https://{host}:{server.port}/acme/repo.git", config=git_config_trusting(ca_pem)
+    )
+
+    with pytest.raises(RetryableJobError, match=r"CERTIFICATE_VERIFY_FAILED|Hostname mismatch"):
+        github.open_pull_request("acme", "repo", head="agent/w", base="main", title="t", body="b")
+    with pytest.raises(GitProtocolError, match=r"CERTIFICATE_VERIFY_FAILED|Hostname mismatch"):
+        client.get_refs(path.encode())
+
+
+def _post_to_github(server: GitHttpsServer, body: bytes, length: int | None = None) -> int:
+    """POST `body` to acme's GitHub API, saying it is `length` bytes long (default its length)."""
+    context = ssl.create_default_context(cadata=server.ca.certificate_pem)
+    connection = http.client.HTTPSConnection("127.0.0.1", server.port, context=context, timeout=30)
+    try:
+        connection.putrequest("POST", "/acme/github/repos/acme/repo/pulls")
+        connection.putheader("Content-Length", str(len(body) if length is None else length))
+        connection.endheaders(body)
+        return connection.getresponse().status
+    finally:
+        connection.close()
+
+
+def test_the_github_api_refuses_bodies_too_large_or_too_deep(served: tuple[GitHttpsServer, FakeGitHub]) -> None:
+    server, github = served
+
+    assert _post_to_github(server, b"{}", length=GITHUB_BODY_LIMIT_BYTES + 1) == 413
+    assert _post_to_github(server, b"[" * 100_000) == 400
+    assert github.list_pulls() == []
+
+
+def test_the_github_client_checks_each_requests_whole_url(served: tuple[GitHttpsServer, FakeGitHub]) -> None:
+    server, _ = served
+    seen: list[str] = []
+
+    def host_check(url: str) -> None:
+        seen.append(url)
+
+    api_url = f"https://127.0.0.1:{server.port}/acme/github"
+    github = GitHubClient("", api_url=api_url, ca_pem=server.ca.certificate_pem, host_check=host_check)
+
+    github.open_pull_request("acme", "repo", head="agent/w", base="main", title="t", body="b")
+
+    assert seen
+    assert all(url.startswith(f"{api_url}/repos/acme/repo/pulls") for url in seen), seen
