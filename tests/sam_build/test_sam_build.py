@@ -52,7 +52,30 @@ def test_sam_build_puts_the_agent_jobs_package_in_the_layer(arm64_build_dir: Pat
     built = arm64_build_dir / "SharedLayer" / "python" / "agent_jobs"
     assert (built / "__init__.py").is_file()
     expected = {name for name in relative_files(source) if "__pycache__" not in name}
-    assert relative_files(built) == expected
+    # and what its wheels were built for, which importing agent_jobs checks
+    assert relative_files(built) == expected | {"BUILD_PLATFORM"}
+    assert (built / "BUILD_PLATFORM").read_text() == "manylinux2014_aarch64\n"
+
+
+def test_a_layer_for_the_other_architecture_refuses_to_load_saying_what_to_build(arm64_build_dir: Path) -> None:
+    # Given the arm64 layer (deployed with the default Architecture), imported on this machine as if a function of the
+    # other architecture ran it
+    layer_python = arm64_build_dir / "SharedLayer" / "python"
+    if platform.machine().lower() in ("aarch64", "arm64"):
+        pytest.skip("this machine is arm64: the arm64 layer is the right one here")
+
+    result = subprocess.run(
+        [sys.executable, "-c", "import agent_jobs.models"],
+        env={**os.environ, "PYTHONPATH": str(layer_python)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+    # Then the import fails saying what to do, before a native module fails to load
+    assert result.returncode != 0
+    assert "built for arm64 (manylinux2014_aarch64) but this function runs on x86_64" in result.stderr
+    assert "make build ARCHITECTURE=x86_64" in result.stderr
 
 
 def test_sam_build_layer_leaves_the_runtime_sdk_out(arm64_build_dir: Path) -> None:
