@@ -461,7 +461,22 @@ def test_table_indexes_jobs_by_workspace(model: TemplateModel) -> None:
 def test_table_has_the_sparse_indexes_a_resume_and_a_claim_read(model: TemplateModel) -> None:
     kwargs = model.table_create_kwargs()
     indexes = {index["IndexName"]: index for index in kwargs["GlobalSecondaryIndexes"]}
-    assert set(indexes) == {"byWorkspace", "parkedByWorkspace", "haltedByTenant", "pendingByWorkspace"}
+    assert set(indexes) == {
+        "byWorkspace",
+        "parkedByWorkspace",
+        "haltedByTenant",
+        "pendingByWorkspace",
+        "runningByTenant",
+    }
+    # Jobs claimed by a tenant with a share, until they settle, by lease expiry: keys and the invocation only
+    assert indexes["runningByTenant"] == {
+        "IndexName": "runningByTenant",
+        "KeySchema": [
+            {"AttributeName": "runningTenant", "KeyType": "HASH"},
+            {"AttributeName": "leaseExpiresAt", "KeyType": "RANGE"},
+        ],
+        "Projection": {"ProjectionType": "INCLUDE", "NonKeyAttributes": ["runningInvocation"]},
+    }
     # Accepted, unsettled jobs by workspace in SequenceNumber order: keys, jobId and tenantId only
     assert indexes["pendingByWorkspace"] == {
         "IndexName": "pendingByWorkspace",
@@ -487,6 +502,7 @@ def test_table_has_the_sparse_indexes_a_resume_and_a_claim_read(model: TemplateM
     types = {d["AttributeName"]: d["AttributeType"] for d in kwargs["AttributeDefinitions"]}
     sparse_keys = ("parkedWorkspace", "parkedSeq", "haltedTenant", "pendingWorkspace", "queueSeq")
     assert {name: types[name] for name in sparse_keys} == dict.fromkeys(sparse_keys, "S")
+    assert (types["runningTenant"], types["leaseExpiresAt"]) == ("S", "N")
 
 
 def test_outputs_expose_the_api_queues_and_table(template: Template) -> None:

@@ -43,3 +43,49 @@ def install(handler_module: ModuleType, config: dict[str, Any]) -> None:
             return made
 
         workspace_class.commit = functools.wraps(original_commit)(commit)  # type: ignore[method-assign]
+
+
+def install_slow_tests(handler_module: ModuleType, config: dict[str, Any]) -> None:
+    """Worker bootstrap of the fair-share test: folder workspaces under the worker's WORKSPACES_ROOT; a run_tests job
+    of a workspace whose name starts with `config["slow_prefix"]` takes `config["slow_seconds"]` (a slow suite); and a
+    line `<jobId> <epoch seconds>` appended to `config["applied_log"]` each time a record's processing returns."""
+    import json
+    import time
+    from dataclasses import replace
+    from pathlib import Path
+
+    from agent_jobs_local.folder_workspaces import LocalWorkspace, LocalWorkspaceStore
+    from job_worker import processing
+
+    applied_log, prefix, seconds = str(config["applied_log"]), str(config["slow_prefix"]), float(config["slow_seconds"])
+    app: Any = handler_module
+    built = app.worker
+
+    @functools.cache
+    def worker() -> Any:
+        batch_worker = built()
+        return replace(
+            batch_worker, workspaces=LocalWorkspaceStore(Path(batch_worker.services.settings.workspaces_root))
+        )
+
+    app.worker = worker
+    original_store = LocalWorkspace.store_test_result
+
+    def store_test_result(self: Any, job_id: str, head: str, result: dict[str, Any]) -> None:
+        if self.workspace_id.startswith(prefix):
+            time.sleep(seconds)
+        original_store(self, job_id, head, result)
+
+    LocalWorkspace.store_test_result = functools.wraps(original_store)(store_test_result)  # type: ignore[method-assign]
+    original_process = processing.BatchWorker.process_record
+
+    def process_record(self: Any, record: Any, context: Any) -> None:
+        original_process(self, record, context)
+        line = f"{json.loads(record.body).get('jobId')} {time.time():.6f}\n".encode()
+        descriptor = os.open(applied_log, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        try:
+            os.write(descriptor, line)
+        finally:
+            os.close(descriptor)
+
+    processing.BatchWorker.process_record = functools.wraps(original_process)(process_record)  # type: ignore[method-assign]

@@ -13,6 +13,7 @@ from botocore.config import Config
 from agent_jobs.guard import JobGuard
 from agent_jobs.payloads import PayloadStore
 from agent_jobs.settings import Settings
+from agent_jobs.tenant_shares import TenantShares
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.client import DynamoDBClient
@@ -68,6 +69,8 @@ class Services:
     payloads: PayloadStore
     # The Lambda client for the test sandbox, built on the first run_tests job that needs it.
     sandbox_lambda: Callable[[], LambdaInvoker]
+    # Each tenant's share of the worker's concurrency (TENANT_SHARE, or the tenant's override); None: no shares.
+    tenant_shares: TenantShares | None = None
 
 
 def build_services(settings: Settings | None = None, session: boto3.Session | None = None) -> Services:
@@ -89,5 +92,11 @@ def build_services(settings: Settings | None = None, session: boto3.Session | No
     config = sandbox_client_config(settings)
     sandbox_lambda = LazyClient(lambda: cast("LambdaInvoker", session.client("lambda", config=config)))
     return Services(
-        settings=settings, dynamodb=dynamodb, sqs=sqs, guard=guard, payloads=payloads, sandbox_lambda=sandbox_lambda
+        settings=settings,
+        dynamodb=dynamodb,
+        sqs=sqs,
+        guard=guard,
+        payloads=payloads,
+        sandbox_lambda=sandbox_lambda,
+        tenant_shares=TenantShares(dynamodb, settings.table_name, settings.tenant_share),
     )

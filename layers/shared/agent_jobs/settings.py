@@ -99,6 +99,10 @@ class Settings(BaseSettings):
     # How many message groups (workspaces) of one batch the worker runs at once, each group's records in order on its
     # own thread. A batch holds at most 10 records; 1 runs the batch as one sequential loop.
     group_concurrency: Annotated[int, Field(ge=1, le=10)] = 10
+    # How many of the worker's invocations may run one tenant's jobs at once (agent_jobs.tenant_shares; a tenant's own
+    # `concurrencyShare` overrides it): a record of a tenant at its share is deferred, its group waiting in order,
+    # while other tenants' records run. 0: no share.
+    tenant_share: Annotated[int, Field(ge=0, le=1000)] = 0
     # The function that runs a workspace's test command (template.yaml's TestSandboxFunction): run_tests never runs
     # tests inside the worker, so without it run_tests jobs of git workspaces end DEAD saying to set it.
     test_sandbox_function: str | None = None

@@ -5,6 +5,7 @@ event's order after parking near the delivery limit and backoff."""
 from __future__ import annotations
 
 import contextvars
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -17,19 +18,34 @@ from job_worker.worker.last_delivery import LastDeliveryParking
 from job_worker.worker.records import is_drain_marker
 from job_worker.worker.redelivery import RetryLaterError, SuspectError
 from job_worker.worker.running import running_alone
+from job_worker.worker.shares import ShareDeferral, ShareGate
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
 
+    from agent_jobs.models import JobMessage
+
 
 class BatchWorker(LastDeliveryParking):
     """One per process; `handle` runs one SQS batch."""
+
+    # This invocation's tenant shares (set by `handle`; None: no shares, or no batch yet).
+    _share_gate: ShareGate | None = None
 
     def handle(self, event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
         self._invocation_ms = context.get_remaining_time_in_millis()
         raw_records: list[dict[str, Any]] = event.get("Records") or []
         if not raw_records:
             return {"batchItemFailures": []}
+        self._share_gate = self._new_share_gate(context)
+        settings = self.services.settings
+        self._groups_near_limit = {
+            str(raw.get("attributes", {}).get("MessageGroupId") or "")
+            for raw in raw_records
+            if settings.near_delivery_limit(int(raw.get("attributes", {}).get("ApproximateReceiveCount") or 1))
+        }
+        deferred: dict[str, str] = {}  # group -> tenant, of the groups deferred (each written from its own thread)
+        self._deferred_groups = deferred
         delays: dict[str, int] = {}  # each record's own key: written from one group's thread only
         groups: dict[str, list[dict[str, Any]]] = {}
         for raw in raw_records:
@@ -41,13 +57,15 @@ class BatchWorker(LastDeliveryParking):
         else:
             failures = self._process_groups_concurrently(list(groups.values()), concurrency, delays, context, suspects)
             failures = self._run_suspects_alone(list(groups.values()), failures, suspects, delays, context)
+        self._emit_shares_in_use()
         if not failures:
             return {"batchItemFailures": []}
         records = [SQSRecord(raw) for raw in raw_records]
         failures -= self._park_last_deliveries(records, failures)
         self._back_off(records, failures, delays)
-        if failures:
-            self.metrics.add_metric(name="RecordsRetried", unit=MetricUnit.Count, value=len(failures))
+        retried = self._count_deferred(records, failures, deferred)
+        if retried:
+            self.metrics.add_metric(name="RecordsRetried", unit=MetricUnit.Count, value=retried)
         # In the event's order, whichever group finished first.
         return {"batchItemFailures": [{"itemIdentifier": r.message_id} for r in records if r.message_id in failures]}
 
@@ -161,6 +179,7 @@ class BatchWorker(LastDeliveryParking):
         message = self._parse_or_reject(record)
         if message is None:
             return
+        self._defer_over_share(record, message)
         with (
             self._log_keys(
                 jobId=message.job_id,
@@ -171,3 +190,66 @@ class BatchWorker(LastDeliveryParking):
             self._traced(message),
         ):
             self._claim_and_run(record, message, context)
+
+    # ---- tenant shares -------------------------------------------------------------------------------------------
+
+    def _new_share_gate(self, context: LambdaContext) -> ShareGate | None:
+        shares = self.services.tenant_shares
+        if shares is None:
+            return None
+        invocation_id = getattr(context, "aws_request_id", None) or uuid.uuid4().hex
+        return ShareGate(shares, self._running_invocations, invocation_id=str(invocation_id))
+
+    def _running_invocations(self, tenant_id: str, limit: int) -> set[str]:
+        return self.services.guard.running_invocations(tenant_id, limit=limit)
+
+    def _defer_over_share(self, record: SQSRecord, message: JobMessage) -> None:
+        """Raise ShareDeferral when the job's tenant runs in as many other invocations as its share (once decided
+        for a tenant, the decision stands for the whole batch); a group near its delivery limit always runs."""
+        gate = self._share_gate
+        if gate is None or message.tenant_id is None:
+            return
+        group = record.attributes.message_group_id or ""
+        if group in self._groups_near_limit:
+            return
+        decision = gate.decide(str(message.tenant_id))
+        if decision.admitted:
+            return
+        self._deferred_groups[group] = str(message.tenant_id)
+        self.logger.info(
+            "tenant at its share of the worker: deferred", extra={"inUse": decision.in_use, "share": decision.share}
+        )
+        raise ShareDeferral(str(message.tenant_id), decision.in_use, decision.share, self._backoff_seconds(record))
+
+    def _running_invocation_id(self, message: JobMessage) -> str | None:
+        """This invocation's id for a claim of the job, when its tenant has a share (it then counts against it)."""
+        gate = self._share_gate
+        if gate is None or message.tenant_id is None:
+            return None
+        return gate.invocation_id if gate.decide(str(message.tenant_id)).share > 0 else None
+
+    def _count_deferred(self, records: list[SQSRecord], failures: set[str], deferred: dict[str, str]) -> int:
+        """Emit RecordsDeferred per tenant (the records of deferred groups: they wait, nothing failed); return how many
+        other records are retried."""
+        per_tenant: dict[str, int] = {}
+        retried = 0
+        for record in records:
+            if record.message_id not in failures:
+                continue
+            tenant = deferred.get(record.attributes.message_group_id or "")
+            if tenant is None:
+                retried += 1
+            else:
+                per_tenant[tenant] = per_tenant.get(tenant, 0) + 1
+        for tenant, count in sorted(per_tenant.items()):
+            self._emit("RecordsDeferred", MetricUnit.Count, count, dimensions={"TenantId": tenant})
+        return retried
+
+    def _emit_shares_in_use(self) -> None:
+        """TenantShareInUse for each tenant with a share that this invocation decided on: the invocations running its
+        jobs, this one included when it ran them."""
+        gate = self._share_gate
+        for tenant, decision in sorted((gate.decisions() if gate else {}).items()):
+            if decision.share > 0:
+                in_use = decision.in_use + (1 if decision.admitted else 0)
+                self._emit("TenantShareInUse", MetricUnit.Count, in_use, dimensions={"TenantId": tenant})

@@ -31,6 +31,11 @@ running_alone: contextvars.ContextVar[bool] = contextvars.ContextVar("running_al
 class JobRunning(RecordParsing):
     """A parsed job's claim, run and completion, for a queue record and for a parked job a drain claimed alike."""
 
+    def _running_invocation_id(self, message: JobMessage) -> str | None:
+        """The id under which a claim of `message` counts against its tenant's share, None when it does not count
+        (`BatchWorker` decides)."""
+        return None
+
     def _claim_and_run(self, record: SQSRecord, message: JobMessage, context: LambdaContext) -> None:
         guard = self.services.guard
         body = self._storable_body(record, message)
@@ -44,6 +49,7 @@ class JobRunning(RecordParsing):
                 int(record.attributes.approximate_receive_count)
             ),
             alone=running_alone.get(),
+            invocation_id=self._running_invocation_id(message),
         )
         outcome = claim.outcome
         if outcome is ClaimOutcome.SUSPECT:

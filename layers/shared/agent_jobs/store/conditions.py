@@ -18,6 +18,10 @@ HALTED_INDEX = "haltedByTenant"
 # Sparse index of the jobs a workspace accepted and has not settled (neither SUCCEEDED nor SKIPPED), in queue order:
 # `pendingWorkspace` HASH, `queueSeq` (the job's first recorded SequenceNumber, zero-padded) RANGE.
 PENDING_INDEX = "pendingByWorkspace"
+# Sparse: a job claimed from the queue is in it, under its tenant, until its lease ends (see `LeaseStore.claim`).
+RUNNING_INDEX = "runningByTenant"
+# What ends a queue claim's entry in RUNNING_INDEX: every write that settles or releases the job removes them.
+RUNNING_ATTRIBUTES = "runningTenant, runningInvocation"
 # The table's GSI of job records by workspace, in acceptance order (template.yaml: workspaceId HASH, acceptedAt RANGE).
 WORKSPACE_INDEX = "byWorkspace"
 # Pending jobs ahead of a job that a claim reads at most, and names at most in a halt reason.

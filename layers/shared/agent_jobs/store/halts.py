@@ -11,7 +11,7 @@ from agent_jobs.keys import job_key, parked_sequence, workspace_key
 from agent_jobs.models import JobMessage, JobStatus, WorkspaceState
 from agent_jobs.store.base import message_clauses, message_tenant, message_values
 from agent_jobs.store.codec import BODY_SET, Item, body_values, stored_error
-from agent_jobs.store.conditions import LEASE_EXPIRED, lease_held, sequence_clauses, status_in
+from agent_jobs.store.conditions import LEASE_EXPIRED, RUNNING_ATTRIBUTES, lease_held, sequence_clauses, status_in
 from agent_jobs.store.results import Lease
 
 if TYPE_CHECKING:
@@ -96,7 +96,7 @@ class HaltStore(QueryStore):
         # the workspace is still ACTIVE, just before this write; that job's check for unsettled jobs ahead of it must
         # still find this one, PARKED, where it was.
         expression = "SET " + ", ".join(set_clauses) + sequence_clauses(values, sequence_number)
-        removed = "#ttl" if halt_workspace else "#ttl, pendingWorkspace"
+        removed = ("#ttl" if halt_workspace else "#ttl, pendingWorkspace") + f", {RUNNING_ATTRIBUTES}"
         job_update = self._update(
             job_key(message_tenant(message), message.job_id),
             expression + " REMOVE " + removed,
@@ -197,7 +197,7 @@ class HaltStore(QueryStore):
             job_key(tenant_id, job_id),
             "SET #status = :dead, #error = :error, updatedAt = :now, finishedAt = :now,"
             f" history = list_append(if_not_exists(history, :empty), :entry){store_body}"
-            " REMOVE #ttl, pendingWorkspace",
+            f" REMOVE #ttl, pendingWorkspace, {RUNNING_ATTRIBUTES}",
             values,
             condition=condition,
             names={"#status": "status", "#error": "error", "#ttl": "ttl"},

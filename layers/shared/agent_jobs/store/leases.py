@@ -20,6 +20,7 @@ from agent_jobs.store.conditions import (
     COUNT_FAILURE,
     FAILURES_LEFT,
     LEASE_EXPIRED,
+    RUNNING_ATTRIBUTES,
     SAME_PAYLOAD,
     lease_held,
     sequence_clauses,
@@ -42,6 +43,7 @@ class LeaseStore(DrainStore):
         body: str | None = None,
         near_delivery_limit: bool = False,
         alone: bool = True,
+        invocation_id: str | None = None,
     ) -> ClaimResult:
         """Claim a job for this invocation: one conditional update of the job, then a consistent read of its workspace
         (WORKSPACE_HALTED with the lease when it is HALTED or RESUMING: park the job under it, `park(unclaim=True)`).
@@ -61,6 +63,11 @@ class LeaseStore(DrainStore):
 
         `body` (the message body) is written only if the claim finds the attempts used up and the job becomes DEAD,
         so that an operator can retry it; the happy path never writes it.
+
+        `invocation_id` (the invocation's request id) puts the job, in the same write, in the sparse running index
+        under its tenant (`runningTenant`, `runningInvocation`), which counts the invocations a tenant occupies
+        (`running_invocations`); every write that settles or releases the job takes it out again, and a lease that
+        ends without one (its worker crashed) drops out of the count when it expires.
         """
         now = self._clock()
         owner = secrets.token_hex(16)
@@ -88,6 +95,9 @@ class LeaseStore(DrainStore):
             "history = list_append(if_not_exists(history, :empty), :entry)",
             "pendingWorkspace = :wid",  # pending until it settles (also a job the producer never recorded)
         ]
+        if invocation_id is not None:
+            values[":inv"] = invocation_id
+            set_clauses += ["runningTenant = if_not_exists(tenantId, :tid)", "runningInvocation = :inv"]
         removed = ["#error"]
         takeover = ""  # a shared claim never takes over a lost lease
         if alone:
@@ -155,6 +165,7 @@ class LeaseStore(DrainStore):
         body: str | None = None,
         near_delivery_limit: bool = False,
         alone: bool = True,
+        invocation_id: str | None = None,
     ) -> ClaimResult:
         if old is None:
             return ClaimResult(ClaimOutcome.CONTENDED)
@@ -193,7 +204,7 @@ class LeaseStore(DrainStore):
                 self._update(
                     job_key(lease.tenant_id, lease.job_id),
                     "SET #status = :succeeded, #result = :result, updatedAt = :now, finishedAt = :now,"
-                    " history = list_append(history, :entry) REMOVE pendingWorkspace",
+                    f" history = list_append(history, :entry) REMOVE pendingWorkspace, {RUNNING_ATTRIBUTES}",
                     values,
                     condition=condition,
                     names={"#status": "status", "#result": "result"},
@@ -223,7 +234,7 @@ class LeaseStore(DrainStore):
             update = self._update(
                 job_key(lease.tenant_id, lease.job_id),
                 f"SET #status = :failed, #error = :error, updatedAt = :now, {COUNT_FAILURE},"
-                " history = list_append(history, :entry)",
+                f" history = list_append(history, :entry) REMOVE {RUNNING_ATTRIBUTES}",
                 values,
                 condition=condition,
                 names={"#status": "status", "#error": "error"},

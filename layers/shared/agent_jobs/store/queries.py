@@ -13,7 +13,13 @@ from agent_jobs.keys import job_key, parked_sequence, workspace_key
 from agent_jobs.models import JobStatus
 from agent_jobs.store.base import StoreBase
 from agent_jobs.store.codec import Item, to_item, wire
-from agent_jobs.store.conditions import HALTED_INDEX, MAX_MISSING_LISTED, PENDING_INDEX, WORKSPACE_INDEX
+from agent_jobs.store.conditions import (
+    HALTED_INDEX,
+    MAX_MISSING_LISTED,
+    PENDING_INDEX,
+    RUNNING_INDEX,
+    WORKSPACE_INDEX,
+)
 from agent_jobs.store.results import HaltedPage, JobPage
 
 
@@ -206,6 +212,32 @@ class QueryStore(StoreBase):
             and item.get("status") in UNSETTLED | {JobStatus.PARKED}
         ]
         return sorted(missing, key=lambda item: str(item.get("queueSeq", "")))
+
+    def running_invocations(self, tenant_id: str, *, limit: int) -> set[str]:
+        """The invocations that run jobs of `tenant_id` now (their request ids), as the sparse running index shows
+        them: jobs claimed from the queue whose lease has not expired and that nothing settled or released yet. At
+        most `limit` (the caller's share: it needs to know only whether the tenant reached it).
+
+        Eventually consistent, so a claim of a moment ago may be missing (a tenant can go over its share by the
+        claims that land at once) and a job settled a moment ago may still count. A crashed invocation's jobs drop out
+        when their leases expire. Cost: one Query of a few small entries, usually half a read unit; no write.
+        """
+        found: set[str] = set()
+        query: dict[str, Any] = {
+            "TableName": self._table,
+            "IndexName": RUNNING_INDEX,
+            "KeyConditionExpression": "runningTenant = :tid AND leaseExpiresAt > :now",
+            "ProjectionExpression": "runningInvocation",
+            "ExpressionAttributeValues": wire({":tid": tenant_id, ":now": self._clock()}),
+        }
+        while len(found) < limit:
+            response = self._client.query(**query)
+            items = map(to_item, response.get("Items", []))
+            found.update(str(item["runningInvocation"]) for item in items if item.get("runningInvocation"))
+            if "LastEvaluatedKey" not in response:
+                break
+            query["ExclusiveStartKey"] = response["LastEvaluatedKey"]
+        return found
 
     def _get_consistently(self, keys: list[Item]) -> list[Item]:
         """The items of `keys` that exist, read with strongly consistent reads (BatchGetItem, 100 keys a call, its
