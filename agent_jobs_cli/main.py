@@ -3,8 +3,8 @@
 By default it acts on the local runtime (`make local` writes `.agent-jobs/local.json`); `--stack-name NAME` acts on a
 deployed stack instead (its CloudFormation Outputs). API calls carry a bearer token: `--token` or AGENT_JOBS_TOKEN;
 against the local runtime, when none is given, one is minted for `--tenant` from the local development key.
-The `dlq` commands use your AWS credentials on the queue and table directly, not the API. `local`, `demo` and `bench`
-run the system and its benchmarks on this machine.
+The `dlq` and `tenants` commands use your AWS credentials on the queue and table directly, not the API. `local`,
+`demo` and `bench` run the system and its benchmarks on this machine.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Annotated
 
 import typer
 
-from agent_jobs_cli.commands import bench, dlq, jobs, local, plan, workspaces
+from agent_jobs_cli.commands import bench, dlq, jobs, local, plan, tenants, workspaces
 from agent_jobs_cli.context import CliState
 
 app = typer.Typer(
@@ -28,6 +28,8 @@ status_app = typer.Typer(help="Show one job or one workspace.", no_args_is_help=
 dlq_app = typer.Typer(help="The dead-letter queue: list, show, redrive and drop (AWS credentials, not the API).")
 app.add_typer(status_app, name="status")
 app.add_typer(dlq_app, name="dlq", no_args_is_help=True)
+tenants_app = typer.Typer(help="Tenants' shares of the worker (AWS credentials, not the API).")
+app.add_typer(tenants_app, name="tenants", no_args_is_help=True)
 
 
 @app.callback()
@@ -69,6 +71,7 @@ dlq_app.command("list")(dlq.dlq_list)
 dlq_app.command("show")(dlq.dlq_show)
 dlq_app.command("drop")(dlq.dlq_drop)
 dlq_app.command("redrive")(dlq.dlq_redrive)
+tenants_app.command("share")(tenants.tenants_share)
 # On this machine, without AWS.
 app.command()(plan.plan)
 app.command()(local.local)
