@@ -85,7 +85,11 @@ def figures(sides: Sides) -> list[Figure]:
                 " HALTED or RESUMING? then the job is parked) and one Query of the pending index (usually an empty"
                 " range) checks that no job the workspace accepted ahead of this one left the queue unsettled"
                 " (dead-lettered), which would otherwise let this one take effect out of order. Both are reads: the"
-                " writes are the claim and the completion"
+                " writes are the claim and the completion. With a tenant share (WorkerTenantShare), each invocation"
+                " also counts the tenant's invocations once per tenant of its batch (one Query of the running index,"
+                " a fraction per job) and reads the tenant's own share once a minute per execution environment; the"
+                " running index's own entries (one written with the claim, one removed with the completion) are"
+                " index writes, not counted here, as for the pending index"
             ),
         ),
         figure(
@@ -160,7 +164,9 @@ def figures(sides: Sides) -> list[Figure]:
             goal=DUPLICATE_GOAL,
             note=(
                 f"Agent Jobs: {product.duplicate.operations('worker')} (the failed claim returns the old item: no"
-                f" read); naive: {naive.duplicate.operations('worker')}"
+                f" read); naive: {naive.duplicate.operations('worker')}. Not met with a tenant share: the share is"
+                " checked before the claim (a deferral must write nothing), so a batch of duplicates pays one Query per"
+                " tenant too; without a share (WorkerTenantShare 0) the claim alone: 1 call"
             ),
         ),
         figure(
@@ -172,7 +178,8 @@ def figures(sides: Sides) -> list[Figure]:
             note=(
                 "Agent Jobs pays one failed conditional UpdateItem (DynamoDB charges a failed conditional write like"
                 " a write: 1 WCU for an item under 1 KB) and reads nothing: the failed claim returns the old item"
-                " (ReturnValuesOnConditionCheckFailure). Naive pays an eventually consistent GetItem (half a read"
+                " (ReturnValuesOnConditionCheckFailure); with a tenant share, half a read unit per tenant of the batch"
+                " for the share check (the fraction over 1). Naive pays an eventually consistent GetItem (half a read"
                 f" unit). {CAPACITY_SOURCE}"
             ),
         ),

@@ -188,13 +188,18 @@ class _Side:
             from aws_lambda_powertools import Logger, Metrics, Tracer
 
             from agent_jobs.guard import JobGuard
+            from agent_jobs.tenant_shares import TenantShares
             from job_worker.processing import BatchWorker
 
             settings = stack.settings
             self.guard = JobGuard(
                 self.dynamodb, stack.table_name, max_attempts=settings.max_attempts, ttl_days=settings.job_ttl_days
             )
-            self.services = replace(stack.services, dynamodb=self.dynamodb, sqs=self.sqs, guard=self.guard)
+            # The tenant's share (the template's WorkerTenantShare) read and counted on the same hooked client.
+            shares = TenantShares(self.dynamodb, stack.table_name, settings.tenant_share)
+            self.services = replace(
+                stack.services, dynamodb=self.dynamodb, sqs=self.sqs, guard=self.guard, tenant_shares=shares
+            )
             self.metrics = Metrics(namespace="AgentJobsBench")
             self.worker = BatchWorker(
                 services=self.services,
