@@ -15,6 +15,12 @@ the groups' jobs as one pool).
 
 Records of different groups in one batch are assumed to run concurrently (the group-parallel worker); with a
 sequential loop over the batch, a batch's groups also wait for each other, up to (BatchSize - 1) x S more.
+
+A noisy tenant (`noisy_jobs` > 0): one tenant's backlog of N jobs over N workspaces, submitted at once, and another
+tenant's small job after it. The worker holds MaximumConcurrency x min(BatchSize, GROUP_CONCURRENCY) records at once;
+without a tenant share a backlog that fills them makes the small job wait up to one job of the backlog, and with a
+share S the backlog keeps to S invocations, so the small job waits about its idle latency while the backlog takes at
+least ceil(N / (S x records per invocation)) waves, plus the backoff of its deferred records (see `plan_noisy`).
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from agent_jobs_cli.plan_noisy import DEFERRAL_ROUND_SECONDS, NoisyTenantPlan, noisy_tenant
 from agent_jobs_cli.plan_prices import MILLION, PRICES, Price
 from agent_jobs_cli.plan_queueing import binomial_quantile, erlang_c_wait, lognormal_cv, mg1_wait
 
@@ -41,6 +48,10 @@ class Deployment:
     memory_mb: int = 512
     architecture: str = "arm64"
     max_attempts: int = 3
+    tenant_share: int = 10  # WorkerTenantShare: invocations one tenant's jobs may hold (0: no share)
+    group_concurrency: int = 10  # GROUP_CONCURRENCY: records of one batch that run at once
+    backoff_base_seconds: float = 2.0  # BACKOFF_BASE_SECONDS: a deferred record's first backoff
+    backoff_max_seconds: float = 300.0  # BACKOFF_MAX_SECONDS
 
     @classmethod
     def from_template(cls, path: Path | None = None, **overrides: Any) -> Deployment:
@@ -50,6 +61,11 @@ class Deployment:
 
         model = TemplateModel.from_path(path or DEFAULT_TEMPLATE_PATH)
         worker = model.worker
+
+        def environment(name: str, default: float) -> float:
+            value = model.function_environment_variable(worker.function.function_id, name)
+            return default if value is None else float(value)
+
         settings = cls(
             batch_size=worker.batch_size,
             maximum_concurrency=worker.maximum_concurrency or 1000,
@@ -57,6 +73,10 @@ class Deployment:
             memory_mb=worker.function.memory_size_mb,
             architecture=(worker.function.architectures or ("x86_64",))[0],
             max_attempts=int(model.parameters["MaxAttempts"]),
+            tenant_share=int(model.parameters.get("WorkerTenantShare", "0")),
+            group_concurrency=int(environment("GROUP_CONCURRENCY", 1)),
+            backoff_base_seconds=environment("BACKOFF_BASE_SECONDS", cls.backoff_base_seconds),
+            backoff_max_seconds=environment("BACKOFF_MAX_SECONDS", cls.backoff_max_seconds),
         )
         chosen = {name: value for name, value in overrides.items() if value is not None}
         return cls(**{**asdict(settings), **chosen})
@@ -100,6 +120,9 @@ class PlanInput:
     failure_share: float = 0.0  # share of jobs that use up every attempt (DEAD)
     status_reads_per_job: float = 0.0
     idle_pollers: int = 5  # Lambda's SQS pollers long-polling an idle queue, 20 s each
+    noisy_jobs: int = 0  # a noisy tenant's backlog: this many jobs over as many workspaces, at once (0: none)
+    noisy_job_seconds: float | None = None  # duration of each of its jobs (None: job_seconds)
+    pickup_seconds: float = 0.2  # a job's latency from submit to start on an idle stack
     deployment: Deployment = field(default_factory=Deployment)
     usage: PerJobUsage = field(default_factory=PerJobUsage)
 
@@ -126,6 +149,22 @@ class PlanInput:
             found.append("the price table holds arm64 Lambda prices only: plan for a worker on arm64")
         if self.deployment.memory_mb < 128:
             found.append("--memory-mb must be at least 128")
+        return found + self._noisy_problems()
+
+    def _noisy_problems(self) -> list[str]:
+        found = []
+        if self.noisy_jobs < 0:
+            found.append("--noisy-jobs must be 0 (no noisy tenant) or a number of jobs")
+        if self.noisy_job_seconds is not None and self.noisy_job_seconds <= 0:
+            found.append("--noisy-job-seconds must be a positive number of seconds")
+        if self.noisy_job_seconds is not None and self.noisy_jobs == 0:
+            found.append("--noisy-job-seconds needs --noisy-jobs N, the noisy tenant's backlog")
+        if self.deployment.tenant_share < 0:
+            found.append("--tenant-share must be 0 (no share) or a number of invocations")
+        if self.deployment.group_concurrency < 1:
+            found.append("GROUP_CONCURRENCY must be at least 1")
+        if self.pickup_seconds < 0:
+            found.append("--pickup-seconds must be 0 or more seconds")
         return found
 
 
@@ -159,6 +198,7 @@ class Plan:
     monthly_usd: float
     warnings: list[str]
     assumptions: list[str]
+    noisy_tenant: NoisyTenantPlan | None = None  # with `noisy_jobs`: a small tenant's delay under that backlog
 
     @property
     def lambda_concurrency_needed(self) -> int:
@@ -199,6 +239,7 @@ class Plan:
                 "fixedMonthlyUsd": self.fixed_monthly_usd,
                 "monthlyUsd": self.monthly_usd,
             },
+            "noisyTenant": None if self.noisy_tenant is None else self.noisy_tenant.as_dict(),
             "warnings": self.warnings,
             "assumptions": self.assumptions,
             "prices": [asdict(price) for price in PRICES.values()],
@@ -237,6 +278,19 @@ def estimate(inputs: PlanInput) -> Plan:
     # Idle pollers long-poll (20 s) whether or not jobs arrive: a fixed monthly request count.
     fixed = inputs.idle_pollers * (SECONDS_PER_MONTH / 20) * PRICES["sqs_fifo_request"].usd
     queue_model = "M/D/1" if cv == 0 else f"M/G/1 (lognormal durations, cv {cv:.2f})"
+    noisy = None
+    if inputs.noisy_jobs > 0:
+        noisy = noisy_tenant(
+            noisy_jobs=inputs.noisy_jobs,
+            noisy_job_seconds=inputs.noisy_job_seconds or seconds,
+            tenant_share=deployment.tenant_share,
+            maximum_concurrency=deployment.maximum_concurrency,
+            batch_size=deployment.batch_size,
+            group_concurrency=deployment.group_concurrency,
+            pickup_seconds=inputs.pickup_seconds,
+            backoff_base_seconds=deployment.backoff_base_seconds,
+            backoff_max_seconds=deployment.backoff_max_seconds,
+        )
     return Plan(
         inputs=inputs,
         rate_per_workspace=rate_per_workspace,
@@ -256,8 +310,33 @@ def estimate(inputs: PlanInput) -> Plan:
         fixed_monthly_usd=fixed,
         monthly_usd=per_million * monthly_jobs / MILLION + fixed,
         warnings=warnings,
-        assumptions=_assumptions(inputs, records, queue_model),
+        assumptions=_assumptions(inputs, records, queue_model) + _noisy_assumptions(noisy),
+        noisy_tenant=noisy,
     )
+
+
+def _noisy_assumptions(noisy: NoisyTenantPlan | None) -> list[str]:
+    if noisy is None:
+        return []
+    found = [
+        f"a noisy tenant submits {noisy.noisy_jobs} jobs of {noisy.noisy_job_seconds:g} s over as many workspaces at "
+        f"once; the worker holds MaximumConcurrency ({noisy.maximum_concurrency}) x min(BatchSize, GROUP_CONCURRENCY) "
+        f"({noisy.records_per_invocation}) = {noisy.capacity_records} records at once",
+        f"a small tenant's job starts {noisy.pickup_seconds:g} s after its submission on an idle stack (the pickup); "
+        "without a share it waits up to one noisy job more when the backlog fills every invocation (the rest of the "
+        "first wave)",
+    ]
+    if not noisy.share_applies:
+        return found
+    return [
+        *found,
+        f"with a share S below MaximumConcurrency the noisy tenant holds at most S invocations; the others defer its "
+        f"surplus records in about {DEFERRAL_ROUND_SECONDS:g} s a round, so the small job waits at most one round "
+        "more than its pickup",
+        "with a share the backlog takes at least ceil(N / (S x records per invocation)) waves of its job duration; "
+        "each deferred record comes back after min(BACKOFF_MAX_SECONDS, BACKOFF_BASE_SECONDS x 2^(receives - 1)) s, "
+        "jittered, which adds to that",
+    ]
 
 
 def _warnings(
@@ -372,6 +451,7 @@ __all__ = [
     "TRANSACTIONAL_USAGE",
     "CostLine",
     "Deployment",
+    "NoisyTenantPlan",
     "PerJobUsage",
     "Plan",
     "PlanInput",

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
 
 from agent_jobs_cli.context import CliError, JsonOption, handle_errors, out, print_json
+
+if TYPE_CHECKING:
+    from agent_jobs_cli.plan_noisy import NoisyTenantPlan
 
 
 @handle_errors
@@ -30,13 +33,37 @@ def plan(
     large_payload_share: Annotated[
         float, typer.Option("--large-payload-share", help="Share of jobs whose payload goes to S3, 0 to 1.")
     ] = 0.0,
+    noisy_jobs: Annotated[
+        int,
+        typer.Option(
+            "--noisy-jobs",
+            help="A noisy tenant's backlog: this many jobs over as many workspaces, submitted at once; the plan "
+            "predicts another tenant's small job's delay under it, with and without the tenant share (0: none).",
+        ),
+    ] = 0,
+    noisy_job_seconds: Annotated[
+        float | None,
+        typer.Option("--noisy-job-seconds", help="Duration of each noisy job (default: --job-seconds)."),
+    ] = None,
+    tenant_share: Annotated[
+        int | None,
+        typer.Option(
+            "--tenant-share",
+            help="WorkerTenantShare: invocations one tenant may hold (default: template.yaml's; 0: no share).",
+        ),
+    ] = None,
+    pickup_seconds: Annotated[
+        float,
+        typer.Option("--pickup-seconds", help="A job's latency from submit to start on an idle stack."),
+    ] = 0.2,
     as_json: JsonOption = False,
 ) -> None:
-    """Estimate Lambda concurrency, queueing delay per workspace and the cost per million jobs (no AWS calls)."""
+    """Estimate Lambda concurrency, queueing delay per workspace and the cost per million jobs (no AWS calls); with
+    --noisy-jobs, a small tenant's delay under another tenant's backlog, with and without the tenant share."""
     from agent_jobs_cli.plan import PRICES, Deployment, PlanInput, estimate
 
     deployment = Deployment.from_template(
-        memory_mb=memory_mb, batch_size=batch_size, maximum_concurrency=max_concurrency
+        memory_mb=memory_mb, batch_size=batch_size, maximum_concurrency=max_concurrency, tenant_share=tenant_share
     )
     inputs = PlanInput(
         workspaces=workspaces,
@@ -44,6 +71,9 @@ def plan(
         job_seconds=job_seconds,
         job_p99_seconds=job_p99_seconds,
         large_payload_share=large_payload_share,
+        noisy_jobs=noisy_jobs,
+        noisy_job_seconds=noisy_job_seconds,
+        pickup_seconds=pickup_seconds,
         deployment=deployment,
     )
     problems = inputs.problems()
@@ -71,6 +101,8 @@ def plan(
     summary.add_row("extra wait for a free invocation", seconds(result.concurrency_wait_seconds))
     summary.add_row("records per invocation", f"{result.records_per_invocation:.2f}")
     console.print(summary)
+    if result.noisy_tenant is not None:
+        console.print(_noisy_table(result.noisy_tenant))
     costs = Table("service", "item", "units per job", "USD per million jobs", title="cost per million jobs")
     for line in result.cost_lines:
         costs.add_row(line.service, line.item, f"{line.units_per_job:.4g}", f"{line.usd_per_million_jobs:.2f}")
@@ -94,3 +126,49 @@ def plan(
             f"(page dated {price.page_date or 'nowhere on the page'}, read on {price.read_on})",
             soft_wrap=True,
         )
+
+
+def _noisy_table(noisy: NoisyTenantPlan) -> Table:
+    table = Table("estimate", "value", title="a small tenant's job under a noisy tenant", show_header=False)
+    table.add_row(
+        "noisy backlog",
+        f"{noisy.noisy_jobs} jobs of {noisy.noisy_job_seconds:g} s over {noisy.noisy_jobs} workspaces, at once",
+    )
+    table.add_row(
+        "records the worker runs at once",
+        f"{noisy.capacity_records} (MaximumConcurrency {noisy.maximum_concurrency} x "
+        f"min(BatchSize, GROUP_CONCURRENCY) {noisy.records_per_invocation})",
+    )
+    busy = "every invocation busy" if noisy.all_invocations_busy else "an invocation stays free"
+    table.add_row(
+        "small job's delay, no share",
+        f"up to {noisy.small_job_delay_without_share:.2f} s ({busy}: pickup {noisy.pickup_seconds:g} s"
+        + (f" + up to one noisy job, {noisy.noisy_job_seconds:g} s)" if noisy.all_invocations_busy else ")"),
+    )
+    table.add_row(
+        "noisy backlog's time, no share",
+        f"about {noisy.backlog_seconds_without_share:g} s (ceil({noisy.noisy_jobs} / {noisy.capacity_records}) "
+        f"waves of {noisy.noisy_job_seconds:g} s)",
+    )
+    if not noisy.share_applies:
+        why = "0" if noisy.tenant_share == 0 else f"{noisy.tenant_share}, at least MaximumConcurrency: it never defers"
+        table.add_row("tenant share", f"none ({why})")
+        return table
+    share_records = noisy.tenant_share * noisy.records_per_invocation
+    table.add_row(
+        "tenant share",
+        f"{noisy.tenant_share} invocations ({share_records} records); "
+        f"{noisy.invocations_left_for_others} left for other tenants",
+    )
+    deferred = "+ up to one round of deferrals" if noisy.noisy_records_deferred else "nothing deferred"
+    table.add_row(
+        "small job's delay, with the share",
+        f"up to {noisy.small_job_delay_with_share:.2f} s (pickup {noisy.pickup_seconds:g} s {deferred})",
+    )
+    table.add_row(
+        "noisy backlog's time, with the share",
+        f"at least {noisy.backlog_seconds_with_share_at_least:g} s (ceil({noisy.noisy_jobs} / {share_records}) waves "
+        f"of {noisy.noisy_job_seconds:g} s), plus the backoff of its deferred records: "
+        f"min({noisy.backoff_max_seconds:g}, {noisy.backoff_base_seconds:g} x 2^(receives - 1)) s each time, jittered",
+    )
+    return table

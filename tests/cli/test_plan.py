@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -93,3 +94,52 @@ def test_cost_figures_compare_the_plan_with_the_transactional_calls() -> None:
     assert difference == pytest.approx(
         6 * PRICES["dynamodb_write_request_unit"].usd * MILLION - 1 * PRICES["dynamodb_read_request_unit"].usd * MILLION
     )
+
+
+def _noisy_plan(*share: str) -> dict[str, Any]:
+    result = CliRunner().invoke(
+        app,
+        [
+            "plan",
+            *("--workspaces", "1", "--rate", "0.01", "--job-seconds", "1"),
+            *("--noisy-jobs", "120", "--noisy-job-seconds", "10", *share, "--json"),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    noisy: dict[str, Any] = json.loads(result.output)["noisyTenant"]
+    return noisy
+
+
+def test_plan_command_predicts_a_small_job_under_a_noisy_tenant_with_the_templates_share() -> None:
+    noisy = _noisy_plan()
+
+    assert noisy["tenantShare"] == int(TemplateModel.from_path().parameters["WorkerTenantShare"]) == 10
+    assert noisy["capacityRecords"] == 100
+    assert noisy["withoutShare"]["allInvocationsBusy"] is True
+    assert noisy["withoutShare"]["smallJobDelaySecondsUpTo"] == pytest.approx(10.2)
+    assert noisy["withShare"]["invocationsLeftForOthers"] == 10
+    assert noisy["withShare"]["smallJobDelaySecondsUpTo"] == pytest.approx(0.3)
+    assert noisy["withShare"]["backlogSecondsAtLeast"] == 30.0
+    assert _noisy_plan("--tenant-share", "0")["withShare"] is None
+
+
+def test_plan_command_tables_show_the_noisy_tenant() -> None:
+    result = CliRunner().invoke(
+        app,
+        ["plan", *("--workspaces", "1", "--rate", "0.01", "--job-seconds", "1", "--noisy-jobs", "120")],
+    )
+
+    assert result.exit_code == 0, result.output
+    assert "under a noisy tenant" in result.output
+    assert "with the share" in result.output
+    assert "plus the backoff" in result.output
+
+
+def test_plan_command_says_what_to_pass_for_an_unusable_noisy_input() -> None:
+    result = CliRunner().invoke(
+        app,
+        ["plan", *("--workspaces", "1", "--rate", "1", "--job-seconds", "1", "--tenant-share", "-1")],
+    )
+
+    assert result.exit_code == 1
+    assert "--tenant-share must be 0 (no share) or a number of invocations" in result.output

@@ -141,6 +141,16 @@ def test_plan_deployment_defaults_come_from_the_template() -> None:
     assert deployment.max_attempts == int(model.parameters["MaxAttempts"])
     assert deployment.architecture == model.worker.function.architectures[0] == "arm64"
     assert deployment.memory_mb == 2048  # an override wins
+    assert deployment.tenant_share == int(model.parameters["WorkerTenantShare"])
+    worker_id = model.worker.function.function_id
+    assert deployment.group_concurrency == int(model.function_environment_variable(worker_id, "GROUP_CONCURRENCY") or 0)
+    assert deployment.backoff_base_seconds == float(
+        model.function_environment_variable(worker_id, "BACKOFF_BASE_SECONDS") or 0
+    )
+    assert deployment.backoff_max_seconds == float(
+        model.function_environment_variable(worker_id, "BACKOFF_MAX_SECONDS") or 0
+    )
+    assert Deployment.from_template(tenant_share=0).tenant_share == 0
 
 
 def test_plan_input_problems_say_what_to_pass() -> None:
@@ -152,3 +162,121 @@ def test_plan_input_problems_say_what_to_pass() -> None:
         "--job-seconds must be a positive number of seconds",
         "--large-payload-share must be between 0 and 1",
     ]
+
+
+def _noisy(noisy_jobs: int = 120, tenant_share: int = 10, group_concurrency: int = 10) -> PlanInput:
+    # The local runtime's scenario: 120 jobs of 10 s over 120 workspaces of one tenant, then another tenant's job;
+    # MaximumConcurrency 20, BatchSize 5, GROUP_CONCURRENCY 10
+    deployment = Deployment(
+        maximum_concurrency=20, batch_size=5, group_concurrency=group_concurrency, tenant_share=tenant_share
+    )
+    return PlanInput(
+        workspaces=1,
+        rate=0.01,
+        job_seconds=1.0,
+        noisy_jobs=noisy_jobs,
+        noisy_job_seconds=10.0,
+        pickup_seconds=0.2,
+        deployment=deployment,
+    )
+
+
+def test_plan_noisy_tenant_with_a_share_leaves_invocations_for_the_small_job() -> None:
+    noisy = estimate(_noisy(tenant_share=10)).noisy_tenant
+
+    assert noisy is not None
+    # The worker holds 20 x min(5, 10) = 100 records: 120 jobs fill every invocation
+    assert (noisy.records_per_invocation, noisy.capacity_records) == (5, 100)
+    assert noisy.all_invocations_busy
+    # Without the share the small job waits up to one 10 s job more than its pickup, and the backlog takes 2 waves
+    assert noisy.small_job_delay_without_share == pytest.approx(10.2)
+    assert noisy.backlog_seconds_without_share == 20.0
+    # With a share of 10: 10 invocations stay for others; the small job waits its pickup and one deferral round
+    assert noisy.share_applies
+    assert noisy.invocations_left_for_others == 10
+    assert noisy.noisy_records_deferred is True
+    assert noisy.small_job_delay_with_share == pytest.approx(0.2 + 0.1)
+    # and the backlog, 50 records at once, takes at least ceil(120 / 50) = 3 waves of 10 s (before the backoff)
+    assert noisy.backlog_seconds_with_share_at_least == 30.0
+    assert (noisy.backoff_base_seconds, noisy.backoff_max_seconds) == (2.0, 300.0)
+
+
+def test_plan_noisy_tenant_without_a_share() -> None:
+    plan = estimate(_noisy(tenant_share=0))
+    noisy = plan.noisy_tenant
+
+    assert noisy is not None
+    assert not noisy.share_applies
+    assert noisy.small_job_delay_without_share == pytest.approx(10.2)
+    assert noisy.small_job_delay_with_share is None
+    assert noisy.backlog_seconds_with_share_at_least is None
+    assert any("a noisy tenant submits 120 jobs" in assumption for assumption in plan.assumptions)
+    assert not any("with a share" in assumption for assumption in plan.assumptions)
+    as_dict = plan.as_dict()["noisyTenant"]
+    assert as_dict["withShare"] is None
+    assert as_dict["withoutShare"] == {
+        "allInvocationsBusy": True,
+        "smallJobDelaySecondsUpTo": pytest.approx(10.2),
+        "backlogSeconds": 20.0,
+    }
+
+
+def test_plan_noisy_tenant_share_at_maximum_concurrency_is_no_share() -> None:
+    # A share of MaximumConcurrency or more never defers: the same as no share
+    for share in (20, 50):
+        noisy = estimate(_noisy(tenant_share=share)).noisy_tenant
+        assert noisy is not None
+        assert not noisy.share_applies
+        assert noisy.invocations_left_for_others is None
+        assert noisy.small_job_delay_without_share == pytest.approx(10.2)
+
+
+def test_plan_noisy_backlog_below_capacity_leaves_an_invocation_free() -> None:
+    # 99 records: one invocation keeps a slot; 40 fit in a share of 10 x 5 with nothing deferred
+    under_capacity = estimate(_noisy(noisy_jobs=99)).noisy_tenant
+    within_share = estimate(_noisy(noisy_jobs=40)).noisy_tenant
+
+    assert under_capacity is not None
+    assert within_share is not None
+    assert not under_capacity.all_invocations_busy
+    assert under_capacity.small_job_delay_without_share == pytest.approx(0.2)
+    assert under_capacity.backlog_seconds_without_share == 10.0
+    assert within_share.noisy_records_deferred is False
+    assert within_share.small_job_delay_with_share == pytest.approx(0.2)
+    assert within_share.backlog_seconds_with_share_at_least == 10.0
+    # GROUP_CONCURRENCY below BatchSize bounds the records an invocation runs at once
+    narrow = estimate(_noisy(noisy_jobs=40, group_concurrency=2)).noisy_tenant
+    assert narrow is not None
+    assert (narrow.records_per_invocation, narrow.capacity_records) == (2, 40)
+    assert narrow.all_invocations_busy
+    assert narrow.backlog_seconds_with_share_at_least == 20.0  # 20 records at once
+
+
+def test_plan_without_noisy_jobs_has_no_noisy_tenant() -> None:
+    plan = estimate(PlanInput(workspaces=10, rate=1.0, job_seconds=1.0))
+
+    assert plan.noisy_tenant is None
+    assert plan.as_dict()["noisyTenant"] is None
+    assert not any("noisy tenant" in assumption for assumption in plan.assumptions)
+
+
+def test_plan_noisy_inputs_problems_say_what_to_pass() -> None:
+    deployment = Deployment(tenant_share=-1)
+    problems = PlanInput(
+        workspaces=1,
+        rate=1,
+        job_seconds=1,
+        noisy_jobs=-1,
+        noisy_job_seconds=0,
+        pickup_seconds=-1,
+        deployment=deployment,
+    ).problems()
+    alone = PlanInput(workspaces=1, rate=1, job_seconds=1, noisy_job_seconds=5).problems()
+
+    assert problems == [
+        "--noisy-jobs must be 0 (no noisy tenant) or a number of jobs",
+        "--noisy-job-seconds must be a positive number of seconds",
+        "--tenant-share must be 0 (no share) or a number of invocations",
+        "--pickup-seconds must be 0 or more seconds",
+    ]
+    assert alone == ["--noisy-job-seconds needs --noisy-jobs N, the noisy tenant's backlog"]
