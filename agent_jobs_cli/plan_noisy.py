@@ -106,11 +106,13 @@ def noisy_tenant(
         records_per_invocation=per_invocation,
         pickup_seconds=pickup_seconds,
         all_invocations_busy=busy,
-        small_job_delay_without_share=pickup_seconds + (noisy_job_seconds if busy else 0.0),
+        small_job_delay_without_share=round(pickup_seconds + (noisy_job_seconds if busy else 0.0), 3),
         backlog_seconds_without_share=_waves(noisy_jobs, maximum_concurrency * per_invocation) * noisy_job_seconds,
         invocations_left_for_others=maximum_concurrency - tenant_share if applies else None,
         noisy_records_deferred=deferred if applies else None,
-        small_job_delay_with_share=pickup_seconds + (DEFERRAL_ROUND_SECONDS if deferred else 0.0) if applies else None,
+        small_job_delay_with_share=round(pickup_seconds + (DEFERRAL_ROUND_SECONDS if deferred else 0.0), 3)
+        if applies
+        else None,
         backlog_seconds_with_share_at_least=_waves(noisy_jobs, tenant_share * per_invocation) * noisy_job_seconds
         if applies
         else None,
