@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -52,10 +53,11 @@ def test_worker_happy_path_costs_two_writes_one_read_and_one_index_query_per_job
 
     # Then every job succeeded with exactly one claim (a plain conditional write, no transaction), one consistent
     # read of its workspace (halted?), one query of the pending index (for jobs ahead of it that left the queue
-    # unsettled: none) and one complete
+    # unsettled: none) and one complete; and, once for the batch's one tenant, the template's tenant share checked
+    # (a query of the running index, and a read of the tenant's own share, kept a minute)
     assert result["failed"] == []
     assert len(result["event"]["Records"]) == 5
-    assert calls == Counter({"UpdateItem": 10, "GetItem": 5, "Query": 5})
+    assert calls == Counter({"UpdateItem": 10, "GetItem": 5 + 1, "Query": 5 + 1})
     for job in jobs:
         assert any_stack.job(job.job_id)["status"] == JobStatus.SUCCEEDED
     assert workspaces.commits("ws-a") == ["job-1", "job-3"]
@@ -76,11 +78,35 @@ def test_worker_duplicate_delivery_after_success_is_one_failed_write_and_no_effe
     # When the same message is delivered again (the delete was lost, or the visibility timeout expired)
     response = worker.handle(event, lambda_context())
 
-    # Then it is acknowledged without effect, for one (failed) conditional write and no read
+    # Then it is acknowledged without effect, for one (failed) conditional write and no read of the job; the batch's
+    # tenant share is checked before any claim (a deferral writes nothing), one query of the running index per tenant
     assert _failed(response) == []
-    assert calls == Counter({"UpdateItem": 1})
+    assert calls == Counter({"UpdateItem": 1, "Query": 1})
     assert workspaces.commits("ws-a") == ["dup-1"]
     assert any_stack.job("dup-1")["attempt"] == 1
+
+
+def test_worker_duplicate_delivery_without_a_tenant_share_is_one_failed_write(
+    stack, make_worker, workspaces, lambda_context
+):
+    from agent_jobs.tenant_shares import TenantShares
+
+    # Given a stack without tenant shares (WorkerTenantShare 0), and a job that already succeeded
+    settings = stack.settings.model_copy(update={"tenant_share": 0})
+    shares = TenantShares(stack.services.dynamodb, stack.table_name, 0)
+    unshared = replace(
+        stack, settings=settings, services=replace(stack.services, settings=settings, tenant_shares=shares)
+    )
+    enqueue(unshared, make_job("dup-2"))
+    event = unshared.receive()
+    worker = make_worker(unshared)
+    assert _failed(worker.handle(event, lambda_context())) == []
+    calls = count_dynamodb_calls(unshared)
+
+    # When it is delivered again, then one failed conditional write is all it costs (the tenant's own share, read
+    # with the first delivery, is kept a minute)
+    assert _failed(worker.handle(event, lambda_context())) == []
+    assert calls == Counter({"UpdateItem": 1})
 
 
 def test_naive_duplicate_delivery_reads_before_it_writes(stack, workspaces, lambda_context):
