@@ -124,7 +124,7 @@ def test_a_tenant_at_its_share_waits_while_another_tenant_runs(
 
 
 def test_a_group_near_its_delivery_limit_runs_over_the_share(
-    stack: Stack, workspaces: Any, lambda_context: Any
+    stack: Stack, workspaces: Any, lambda_context: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # Given the noisy tenant at its share, and its record on one of its last deliveries
     shared = with_share(stack, 1)
@@ -136,9 +136,13 @@ def test_a_group_near_its_delivery_limit_runs_over_the_share(
     for record in event["Records"]:
         record["attributes"]["ApproximateReceiveCount"] = str(receives)
 
-    # When the worker runs it, then it runs (deferred again, the queue could dead-letter it)
+    capsys.readouterr()
+
+    # When the worker runs it, then it runs (deferred again, the queue could dead-letter it), counted as over the share
     assert failed(worker(shared, workspaces).handle(event, lambda_context())) == set()
     assert shared.job("late-1")["status"] == JobStatus.SUCCEEDED
+    over = named(emitted_metrics(capsys.readouterr().out), "RecordsOverShare")
+    assert [(m.value, m.dimensions["TenantId"]) for m in over] == [(1, NOISY)]
 
 
 def test_a_tenants_own_share_overrides_the_default(stack: Stack, workspaces: Any, lambda_context: Any) -> None:

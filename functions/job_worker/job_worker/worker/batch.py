@@ -209,11 +209,17 @@ class BatchWorker(LastDeliveryParking):
         gate = self._share_gate
         if gate is None or message.tenant_id is None:
             return
-        group = record.attributes.message_group_id or ""
-        if group in self._groups_near_limit:
-            return
         decision = gate.decide(str(message.tenant_id))
         if decision.admitted:
+            return
+        group = record.attributes.message_group_id or ""
+        if group in self._groups_near_limit:
+            # Deferred again, the queue could dead-letter it: it runs over the share, and says so.
+            self.logger.warning(
+                "tenant at its share, but its record is near its delivery limit: it runs",
+                extra={"inUse": decision.in_use, "share": decision.share},
+            )
+            self._emit("RecordsOverShare", MetricUnit.Count, 1, dimensions={"TenantId": str(message.tenant_id)})
             return
         self._deferred_groups[group] = str(message.tenant_id)
         self.logger.info(
