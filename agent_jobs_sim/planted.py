@@ -213,7 +213,10 @@ def _halting_park_leaves_pending_index(operation: str, request: dict[str, Any]) 
     for action in request.get("TransactItems", []):
         update = action.get("Update")
         expression = str((update or {}).get("UpdateExpression", ""))
-        if update and "parkedReason = :reason" in expression and expression.endswith(" REMOVE #ttl"):
+        # A halting park removes #ttl (and the running index's attributes) and keeps the job pending.
+        removed = expression.partition(" REMOVE ")[2]
+        halting = removed.startswith("#ttl") and "pendingWorkspace" not in removed
+        if update and "parkedReason = :reason" in expression and halting:
             actions.append({"Update": {**update, "UpdateExpression": expression + ", pendingWorkspace"}})
             changed = True
         else:
