@@ -148,7 +148,7 @@ differential: $(STAMP) ## the differential test of apply_patch against git and G
 
 # SEEDS seeds (default 1000) on every core; PLANT=<name> puts back one bug of the naive pattern (`--list-plants`).
 sim: $(STAMP) ## the deterministic simulation: SEEDS seeds with faults at every step; a failing seed prints its replay
-	$(BIN)/python -m agent_jobs_sim --seeds $(or $(SEEDS),1000) $(if $(PLANT),--plant $(PLANT)) $(if $(FIRST),--first $(FIRST))
+	$(BIN)/python -m agent_jobs_sim --seeds $(or $(SEEDS),1000) $(if $(PLANT),--plant $(PLANT)) $(if $(SHARE),--share $(SHARE)) $(if $(FIRST),--first $(FIRST))
 
 bench: $(STAMP) ## benchmarks against the naive pattern measured in the same run; rewrites BENCHMARKS.md
 	$(BIN)/python -m agent_jobs_bench --output BENCHMARKS.md

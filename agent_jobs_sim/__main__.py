@@ -29,6 +29,9 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--replay", type=int, default=None, help="run this one seed and print its trace digest")
     parser.add_argument("--jobs", type=int, default=50, help="jobs per seed (default 50)")
     parser.add_argument("--workspaces", type=int, default=5, help="workspaces per seed (default 5)")
+    parser.add_argument(
+        "--share", type=int, default=1, help="each tenant's share of the worker's invocations (default 1; 0: none)"
+    )
     parser.add_argument("--processes", type=int, default=os.cpu_count() or 1, help="worker processes (default: cores)")
     parser.add_argument("--plant", default=None, help="run with one planted bug (see --list-plants)")
     parser.add_argument("--list-plants", action="store_true", help="list the planted bugs and exit")

@@ -26,15 +26,16 @@ if TYPE_CHECKING:
 
 @dataclass
 class SimLambdaContext:
-    """The Lambda context the worker reads: the time left comes from the virtual clock."""
+    """The Lambda context the worker reads: the time left comes from the virtual clock, and each invocation has its
+    own request id (the worker counts a tenant's invocations by it, for the tenant's share)."""
 
     clock: Callable[[], float]
     deadline: float
+    aws_request_id: str
     function_name: str = "sim-JobWorkerFunction"
     function_version: str = "$LATEST"
     invoked_function_arn: str = "arn:aws:lambda:us-east-1:123456789012:function:sim-JobWorkerFunction"
     memory_limit_in_mb: int = 1024
-    aws_request_id: str = "sim"
     log_group_name: str = "/aws/lambda/sim"
     log_stream_name: str = "sim"
 
@@ -161,12 +162,14 @@ def _invoke(world: World, index: int, messages: list[dict[str, Any]]) -> None:
         "Records": [lambda_sqs_record(m, queue_arn=world.blueprint.queue_arn, region="us-east-1") for m in messages]  # type: ignore[arg-type]
     }
     outcome: dict[str, Any] = {}
+    world.request_count += 1  # in the seed's order of invocations, so a replay names them alike
+    context = SimLambdaContext(scheduler.clock, deadline, aws_request_id=f"sim-request-{world.request_count:06d}")
 
     def invocation() -> None:
         try:
             if world.faults.failing_invocation():
                 raise RuntimeError("Runtime.ImportModuleError: the deployment cannot start")
-            outcome["response"] = environment.worker.handle(event, SimLambdaContext(scheduler.clock, deadline))
+            outcome["response"] = environment.worker.handle(event, context)
         except Exception as error:  # a function error: Lambda deletes nothing
             outcome["error"] = error
             world.counts["function_errors"] += 1

@@ -4,7 +4,9 @@ At each commit on a workspace's branch (the effect of a job): it is the job's fi
 accepted earlier has taken effect or was skipped by an operator (so the branch's order is the acceptance order and
 nothing lands behind a DEAD job); no poison message recorded REJECTED ahead of it is still unresolved. At the end: every
 job took effect once or, when its patch could never apply, is SKIPPED with its reason; every poison message is on
-record; and all of it settled within the bound once faults stopped (liveness).
+record; and all of it settled within the bound once faults stopped (liveness). At each record deferred over its
+tenant's share: nothing was written to its job (no claim, attempt, failure or history entry), and the batch's answer
+hands it back with every record behind it in its group (the group's order).
 """
 
 from __future__ import annotations
@@ -56,6 +58,10 @@ class Oracle:
     # the world's, e.g. a set-up write).
     takeovers: dict[str, float | None] = field(default_factory=dict)
     moves: frozenset[tuple[str | None, str]] = field(default_factory=allowed_job_moves)
+    # The share decisions under way: the actor deciding → the job's key and its record's (attempt, failures, history
+    # length) as the decision began; and the actors that wrote that job's record meanwhile.
+    deciding: dict[Any, tuple[str, tuple[int, int, int]]] = field(default_factory=dict)
+    written_while_deciding: set[Any] = field(default_factory=set)
 
     def fail(self, message: str) -> None:
         self.violations.append(message)
@@ -162,9 +168,15 @@ class Oracle:
         if (process, lease.owner) in runs:
             runs.remove((process, lease.owner))
 
-    def on_job_write(self, pk: str, old: tuple[str | None, int] | None, new: tuple[str | None, int] | None) -> None:
+    def on_job_write(
+        self, pk: str, old: tuple[str | None, int] | None, new: tuple[str | None, int] | None, writer: Any = None
+    ) -> None:
         """A write changed a job record, given as (status, history length) before and after: a change of status, or
-        a new history entry, must be a row of the state machine's transition table."""
+        a new history entry, must be a row of the state machine's transition table. `writer`: the actor that made
+        the write (None: not one of the world's)."""
+        deciding = self.deciding.get(writer) if writer is not None else None
+        if deciding is not None and deciding[0] == pk:
+            self.written_while_deciding.add(writer)
         if new is None:
             return
         before, length = old if old is not None else (None, 0)
@@ -195,6 +207,52 @@ class Oracle:
             f"{job_id} was made DEAD for no fault of its own: {self.failed_runs[job_id]} failed runs, "
             f"{self.lost_runs[job_id]} lost with shared invocations, {record.get('attempt')} claims"
         )
+
+    # ---- at each deferral over a tenant's share -----------------------------------------------------------------
+
+    def _counted(self, pk: str) -> tuple[int, int, int]:
+        record = self.record(pk) or {}
+        return int(record.get("attempt", 0)), int(record.get("failures", 0)), len(record.get("history", []))
+
+    def deciding_share(self, actor: Any, tenant_id: str, job_id: str) -> None:
+        """`actor` is about to decide whether its record of the job runs or waits for the tenant's share."""
+        pk = job_key(tenant_id, job_id)
+        self.deciding[actor] = (pk, self._counted(pk))
+        self.written_while_deciding.discard(actor)
+
+    def share_decided(self, actor: Any, *, deferred: bool) -> None:
+        """A deferred record writes nothing to its job: no claim, no attempt, no failure, no history entry (its job
+        waits as it was, for the record to come back)."""
+        pk, before = self.deciding.pop(actor, ("", (0, 0, 0)))
+        wrote = actor in self.written_while_deciding
+        self.written_while_deciding.discard(actor)
+        if deferred and wrote:
+            after = self._counted(pk)
+            self.fail(
+                f"{pk.split('#', 2)[2]} was deferred over its tenant's share, yet its record was written "
+                f"(attempt {before[0]}→{after[0]}, failures {before[1]}→{after[1]}, history {before[2]}→{after[2]})"
+            )
+
+    def after_deferrals(
+        self, records: list[dict[str, Any]], response: dict[str, Any], deferred: list[tuple[str, str]]
+    ) -> int:
+        """The batch's answer keeps each deferred group's order: the deferred record and every record after it in its
+        group are handed back (reported failed, so the queue keeps them, in order). Returns how many were."""
+        if not deferred:
+            return 0
+        failed = {str(item["itemIdentifier"]) for item in response.get("batchItemFailures", [])}
+        handed_back = 0
+        for message_id, group in deferred:
+            in_group = [r["messageId"] for r in records if r.get("attributes", {}).get("MessageGroupId") == group]
+            behind = in_group[in_group.index(message_id) :] if message_id in in_group else [message_id]
+            kept = [m for m in behind if m not in failed]
+            if kept:
+                self.fail(
+                    f"{message_id} of {group} was deferred over its tenant's share, but the batch's answer lets the "
+                    f"queue delete {', '.join(kept)}: its group's order breaks"
+                )
+            handed_back += len(behind)
+        return handed_back
 
     # ---- at the end ------------------------------------------------------------------------------------------------
 

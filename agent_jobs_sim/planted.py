@@ -19,6 +19,7 @@ from agent_jobs.store.drain import DrainStore
 from job_worker.worker import batch as worker_batch
 from job_worker.worker.last_delivery import LastDeliveryParking
 from job_worker.worker.running import JobRunning
+from job_worker.worker.shares import ShareDeferral
 
 # A request the plant may rewrite: (operation, kwargs) → kwargs, or None to leave it.
 RequestRewrite = Callable[[str, dict[str, Any]], dict[str, Any] | None]
@@ -224,6 +225,29 @@ def _halting_park_leaves_pending_index(operation: str, request: dict[str, Any]) 
     return {**request, "TransactItems": actions} if changed else None
 
 
+def _deferral_as_failed_attempt() -> contextlib.AbstractContextManager[None]:
+    """(k) A record deferred over its tenant's share is handed back as a failed attempt: the worker claims its job and
+    records the failure before handing it back, so waiting for a share uses up the job's attempts."""
+    defer = worker_batch.BatchWorker._defer_over_share
+
+    def failing(self: Any, record: Any, message: Any) -> None:
+        try:
+            defer(self, record, message)
+        except ShareDeferral as deferral:
+            guard = self.services.guard
+            claim = guard.claim(
+                message,
+                message_id=record.message_id,
+                sequence_number=record.attributes.sequence_number,
+                remaining_ms=60_000,
+            )
+            if claim.lease is not None:
+                guard.fail(claim.lease, str(deferral))
+            raise
+
+    return swapped(worker_batch.BatchWorker, "_defer_over_share", failing)
+
+
 PLANTS: dict[str, Plant] = {
     "naive-claim": Plant(
         "(a) claim condition `attribute_not_exists(pk) OR status <> SUCCEEDED`", rewrite=_naive_claim_condition
@@ -251,5 +275,8 @@ PLANTS: dict[str, Plant] = {
     "redriven-unlisted": Plant(
         "(j) a job redriven from the DLQ leaves the pending index when it is parked",
         rewrite=_halting_park_leaves_pending_index,
+    ),
+    "deferral-as-failure": Plant(
+        "(k) a record deferred over its tenant's share counted as a failed attempt", patch=_deferral_as_failed_attempt
     ),
 }

@@ -23,6 +23,9 @@ class Report:
     processes: int = 1
     steps: int = 0
     faults: collections.Counter[str] = field(default_factory=collections.Counter)
+    # Records handed back over their tenant's share, and the seeds that handed any back.
+    deferred: int = 0
+    seeds_deferring: int = 0
     failures: list[SimResult] = field(default_factory=list)
 
     @property
@@ -33,6 +36,9 @@ class Report:
         self.seeds += 1
         self.steps += result.steps
         self.faults.update(result.faults)
+        deferred = result.counts.get("deferred_records", 0)
+        self.deferred += deferred
+        self.seeds_deferring += 1 if deferred else 0
         if not result.passed:
             self.failures.append(result)
 
@@ -43,6 +49,8 @@ def replay_command(seed: int, config: SimConfig) -> str:
         words.append(f"--jobs {config.jobs}")
     if config.workspaces != SimConfig.workspaces:
         words.append(f"--workspaces {config.workspaces}")
+    if config.tenant_share != SimConfig.tenant_share:
+        words.append(f"--share {config.tenant_share}")
     if config.plant:
         words.append(f"--plant {config.plant}")
     return " ".join(words)
@@ -83,6 +91,10 @@ def print_report(report: Report, config: SimConfig) -> None:
         "steps per seed)"
     )
     print("faults injected: " + ", ".join(f"{kind} {n}" for kind, n in sorted(report.faults.items())))
+    print(
+        f"tenant share {config.tenant_share}: deferred {report.deferred} records, in {report.seeds_deferring} of "
+        f"{report.seeds} seeds"
+    )
     if not report.failures:
         print("every seed passed")
         return
@@ -100,12 +112,13 @@ def main(args: argparse.Namespace) -> int:
     if args.plant is not None and args.plant not in PLANTS:
         print(f"unknown planted bug {args.plant!r}: one of {', '.join(PLANTS)}")
         return 2
-    config = SimConfig(jobs=args.jobs, workspaces=args.workspaces, plant=args.plant)
+    config = SimConfig(jobs=args.jobs, workspaces=args.workspaces, tenant_share=args.share, plant=args.plant)
     if args.replay is not None:
         result = simulate(args.replay, config)
         print(f"seed {result.seed}: {'passed' if result.passed else result.violation}")
         print(f"trace {result.trace}: {result.steps} steps, {result.virtual_seconds:.0f} virtual seconds")
         print("faults: " + ", ".join(f"{kind} {n}" for kind, n in sorted(result.faults.items())))
+        print(f"tenant share {config.tenant_share}: deferred {result.counts.get('deferred_records', 0)} records")
         return 0 if result.passed else 1
     report = run(args.first, args.seeds, config, processes=args.processes, stop_at_first=args.stop_at_first)
     print_report(report, config)

@@ -1,6 +1,7 @@
 """The worker's group threads, as actors: the worker runs a batch's message groups on a `ThreadPoolExecutor`; in the
 simulation each submitted group runs as an actor of the invocation's own process, so the scheduler (not the OS)
-interleaves the groups, and a crash of the invocation takes all of them."""
+interleaves the groups, and a crash of the invocation takes all of them. A lock the groups hold across a call (a yield
+point) is a `SimLock`: a `threading.Lock` would block the one OS thread every actor runs on."""
 
 from __future__ import annotations
 
@@ -59,3 +60,34 @@ class SimExecutor:
         assert scheduler is not None
         for future in self._futures:
             scheduler.join(future._actor)
+
+
+class SimLock:
+    """`threading.Lock`'s surface for the group actors of one invocation: a group that finds it held waits (a little
+    virtual time at a go, so the holder's calls and timers go on) instead of blocking the OS thread."""
+
+    WAIT_SECONDS = 0.01
+
+    def __init__(self) -> None:
+        self._held = False
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        scheduler = SimExecutor.scheduler
+        while self._held:
+            if not blocking or scheduler is None:
+                return False
+            scheduler.sleep(self.WAIT_SECONDS)
+        self._held = True
+        return True
+
+    def release(self) -> None:
+        self._held = False
+
+    def locked(self) -> bool:
+        return self._held
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.release()

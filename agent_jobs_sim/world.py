@@ -18,6 +18,7 @@ from agent_jobs.guard import JobGuard, Lease
 from agent_jobs.payloads import PayloadStore
 from agent_jobs.registration import WorkspaceRegistration
 from agent_jobs.services import Services
+from agent_jobs.tenant_shares import TenantShares
 from agent_jobs.workspaces import WorkspaceRegistry
 from agent_jobs_sim import actors
 from agent_jobs_sim.blueprint import Blueprint, blueprint
@@ -28,12 +29,13 @@ from agent_jobs_sim.planted import PLANTS, swapped
 from agent_jobs_sim.remote import RefStore, SimWorkspaceStore
 from agent_jobs_sim.scheduler import Process, Scheduler, SimulationError
 from agent_jobs_sim.sqs import SimSQS
-from agent_jobs_sim.threads import SimExecutor
+from agent_jobs_sim.threads import SimExecutor, SimLock
 from agent_jobs_sim.watch import WatchedTable
 from agent_jobs_sim.workload import draw_workload
 from job_worker.processing import WORKSPACES_HALTED, BatchWorker
 from job_worker.worker import batch as worker_batch
 from job_worker.worker import running as worker_running
+from job_worker.worker.shares import ShareDeferral
 
 START = 1_800_000_000.0  # virtual epoch seconds
 FAULT_PHASE_SECONDS = 900.0
@@ -54,6 +56,9 @@ class SimConfig:
     jobs: int = 50
     workspaces: int = 5
     pollers: int = 3
+    # Each tenant's share of the worker's invocations (the template's WorkerTenantShare is 10, more than the pollers:
+    # with 1, a tenant whose jobs run in one invocation has its records in the others deferred).
+    tenant_share: int = 1
     faults: bool = True
     plant: str | None = None
 
@@ -93,6 +98,38 @@ class SimBatchWorker(BatchWorker):
 
     counts: collections.Counter[str] | None = None
     world: World | None = None
+    # This invocation's records deferred over their tenant's share: (message id, group).
+    _sim_deferred: list[tuple[str, str]]
+
+    def handle(self, event: dict[str, Any], context: Any) -> Any:
+        self._sim_deferred = []
+        response = super().handle(event, context)
+        assert self.world is not None
+        handed_back = self.world.oracle.after_deferrals(event.get("Records") or [], dict(response), self._sim_deferred)
+        if handed_back:
+            self.world.counts["deferred_records"] += handed_back
+        return response
+
+    def _new_share_gate(self, context: Any) -> Any:
+        gate = super()._new_share_gate(context)
+        if gate is not None:  # its lock is held across the Query of the running index: a yield point here
+            gate._lock = SimLock()  # type: ignore[assignment]
+        return gate
+
+    def _defer_over_share(self, record: Any, message: Any) -> None:
+        world = self.world
+        assert world is not None
+        actor = world.scheduler.current
+        world.oracle.deciding_share(actor, str(message.tenant_id), message.job_id)
+        deferred = False
+        try:
+            super()._defer_over_share(record, message)
+        except ShareDeferral:
+            deferred = True
+            self._sim_deferred.append((record.message_id, record.attributes.message_group_id or ""))
+            raise
+        finally:
+            world.oracle.share_decided(actor, deferred=deferred)
 
     def _claim_and_run(self, record: Any, message: Any, context: Any) -> None:
         try:
@@ -146,6 +183,7 @@ class World:
     # Resumes the operator began and must repeat: workspace → (halting job, decision).
     unfinished_resumes: dict[str, tuple[str, Any]] = field(default_factory=dict)
     invocations: int = 0
+    request_count: int = 0  # the invocations begun: each one's request id
     operator: Any = None
     _environment_count: int = 0
 
@@ -260,7 +298,7 @@ def build_world(seed: int, config: SimConfig) -> World:
     watched = WatchedTable(
         dynamodb,
         plan_of.table_name,
-        on_job_write=oracle.on_job_write,
+        on_job_write=lambda pk, old, new: oracle.on_job_write(pk, old, new, writer=scheduler.current),
         rewrite=plant.rewrite if plant is not None else None,
         on_stale_write=oracle.on_stale_write,
         on_lease_taken=lambda pk, owner: oracle.lease_taken(pk, owner, scheduler.current, scheduler.now),
@@ -274,7 +312,9 @@ def build_world(seed: int, config: SimConfig) -> World:
         calls=calls,
         after=lambda name: woken[0].wake_pollers() if woken and name in _SENDS else None,
     )
-    settings = plan_of.settings.model_copy(update={"queue_url": queue_url, "table_name": plan_of.table_name})
+    settings = plan_of.settings.model_copy(
+        update={"queue_url": queue_url, "table_name": plan_of.table_name, "tenant_share": config.tenant_share}
+    )
     guard = JobGuard(
         product_dynamodb,
         settings.table_name,
@@ -290,6 +330,13 @@ def build_world(seed: int, config: SimConfig) -> World:
         guard=guard,
         payloads=PayloadStore(None, lambda: None),  # type: ignore[arg-type, return-value]
         sandbox_lambda=lambda: None,  # type: ignore[arg-type, return-value]
+        # Its overrides cached by the virtual clock (no tenant of the workload has one: each has the default). With the
+        # share off the worker has none at all, and makes no call for it: the world of the seeds found before shares.
+        tenant_shares=(
+            TenantShares(product_dynamodb, settings.table_name, settings.tenant_share, clock=scheduler.clock)
+            if config.tenant_share
+            else None
+        ),
     )
     refs = RefStore(RemoteCallFaults(faults), on_commit=oracle.on_commit, refuses=workload.is_bad)
     world = World(

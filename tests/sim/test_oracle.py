@@ -97,3 +97,39 @@ def test_a_lease_whose_record_left_in_flight_is_a_violation_whoever_took_it():
     assert world.guard_of(ahead).complete(taken, {"ok": True})
     with pytest.raises(Violation, match="its record is SUCCEEDED"):
         world.oracle.run_started(lease, holder, world.now)
+
+
+def _record(message_id: str, group: str) -> dict[str, Any]:
+    return {"messageId": message_id, "attributes": {"MessageGroupId": group}}
+
+
+def test_a_deferred_group_handed_back_whole_keeps_its_order():
+    world = World()
+    records = [_record("m1", "ws-a"), _record("m2", "ws-b"), _record("m3", "ws-a")]
+    response = {"batchItemFailures": [{"itemIdentifier": "m1"}, {"itemIdentifier": "m3"}]}
+    assert world.oracle.after_deferrals(records, response, [("m1", "ws-a")]) == 2
+
+
+def test_a_deferred_record_whose_group_is_partly_deleted_is_a_violation():
+    world = World()
+    records = [_record("m1", "ws-a"), _record("m2", "ws-a")]
+    response = {"batchItemFailures": [{"itemIdentifier": "m1"}]}
+    with pytest.raises(Violation, match="lets the queue delete m2"):
+        world.oracle.after_deferrals(records, response, [("m1", "ws-a")])
+
+
+def test_a_deferred_record_that_wrote_its_job_is_a_violation():
+    world = World()
+    deciding = Process("env-a")
+    world.oracle.deciding_share(deciding, "tenant-1", "j1")
+    world.oracle.on_job_write("job#tenant-1#j1", None, ("IN_FLIGHT", 1), writer=deciding)
+    with pytest.raises(Violation, match="j1 was deferred over its tenant's share, yet its record was written"):
+        world.oracle.share_decided(deciding, deferred=True)
+
+
+def test_a_write_by_another_actor_while_deciding_is_not_the_deferrals():
+    world = World()
+    deciding, other = Process("env-a"), Process("env-b")
+    world.oracle.deciding_share(deciding, "tenant-1", "j1")
+    world.oracle.on_job_write("job#tenant-1#j1", None, ("IN_FLIGHT", 1), writer=other)
+    world.oracle.share_decided(deciding, deferred=True)
