@@ -308,10 +308,11 @@ def test_worker_writes_each_metric_document_whole_in_one_write(stack, make_worke
     response = worker.handle(stack.receive(10), lambda_context())
     monkeypatch.undo()
 
-    # Then every metric document (JobsSucceeded, JobDuration of each job) went out as one whole line in one write
+    # Then every metric document (JobsSucceeded, JobDuration of each job, and the tenant's TenantShareInUse) went out
+    # as one whole line in one write
     assert _failed(response) == []
     documents = [text for text in stdout.writes if "_aws" in text]
-    assert len(documents) == 4
+    assert len(documents) == 4 + 1
     for text in documents:
         assert text.endswith("\n")
         assert "CloudWatchMetrics" in json.loads(text)["_aws"]
