@@ -183,3 +183,18 @@ def test_a_tenant_cannot_name_its_own_share_in_a_registration() -> None:
         WorkspaceRegistration.model_validate(
             {"remoteUrl": "https://git.example.com/r.git", "branch": "agent/w", "concurrencyShare": 99}
         )
+
+
+def test_a_takeover_without_a_share_takes_the_job_out_of_the_count(stack: Stack) -> None:
+    # Given a job claimed by an invocation that counted against the tenant's share, whose lease then expired
+    occupy(stack, NOISY, "crashed", "taken", remaining_ms=50)
+    time.sleep(0.1)
+
+    # When another invocation, for which the tenant has no share, takes the job over with a fresh lease
+    message = make_message("taken", workspace_id="ws-taken", tenant_id=NOISY)
+    claim = stack.guard.claim(message, message_id="m-taken-2", sequence_number=None, remaining_ms=60_000)
+
+    # Then the job runs under the new lease without counting as the crashed invocation's
+    assert claim.lease is not None
+    assert stack.guard.running_invocations(NOISY, limit=10) == set()
+    assert "runningInvocation" not in stack.job("taken")

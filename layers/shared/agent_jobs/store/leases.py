@@ -95,10 +95,12 @@ class LeaseStore(DrainStore):
             "history = list_append(if_not_exists(history, :empty), :entry)",
             "pendingWorkspace = :wid",  # pending until it settles (also a job the producer never recorded)
         ]
+        removed = ["#error"]
         if invocation_id is not None:
             values[":inv"] = invocation_id
             set_clauses += ["runningTenant = if_not_exists(tenantId, :tid)", "runningInvocation = :inv"]
-        removed = ["#error"]
+        else:
+            removed.append(RUNNING_ATTRIBUTES)  # a takeover of a lease that counted: no longer counts
         takeover = ""  # a shared claim never takes over a lost lease
         if alone:
             removed.append("leaseShared")
