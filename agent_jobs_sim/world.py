@@ -9,7 +9,7 @@ import functools
 import random
 import secrets
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
@@ -112,8 +112,8 @@ class SimBatchWorker(BatchWorker):
 
     def _new_share_gate(self, context: Any) -> Any:
         gate = super()._new_share_gate(context)
-        if gate is not None:  # its lock is held across the Query of the running index: a yield point here
-            gate._lock = SimLock()  # type: ignore[assignment]
+        if gate is not None:  # its locks are held across the Query of the running index: a yield point here
+            gate = replace(gate, lock_factory=SimLock)
         return gate
 
     def _defer_over_share(self, record: Any, message: Any) -> None:

@@ -126,19 +126,23 @@ def test_a_tenant_at_its_share_waits_while_another_tenant_runs(
 def test_a_group_near_its_delivery_limit_runs_over_the_share(
     stack: Stack, workspaces: Any, lambda_context: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # Given the noisy tenant at its share, and its record on one of its last deliveries
+    # Given the noisy tenant at its share, and its record with no delivery to spare: one more deferral and its job
+    # would have fewer deliveries left than its attempts and a crash need (10 receives: after its 4th)
     shared = with_share(stack, 1)
     occupy(shared, NOISY, "other-invocation", "running")
     enqueue(shared, make_job("late-1", "ws-late"), tenant_id=NOISY)
     event = shared.receive(10)
-    receives = shared.settings.max_receive_count - 2
-    assert shared.settings.near_delivery_limit(receives)
+    settings = shared.settings
+    receives = settings.max_receive_count - settings.max_attempts - 3 + 1
+    assert not settings.deferrable(receives)
+    assert settings.deferrable(receives - 1)
+    assert not settings.near_delivery_limit(receives)
     for record in event["Records"]:
         record["attributes"]["ApproximateReceiveCount"] = str(receives)
 
     capsys.readouterr()
 
-    # When the worker runs it, then it runs (deferred again, the queue could dead-letter it), counted as over the share
+    # When the worker runs it, then it runs (deferred again, its job would lose a retry), counted as over the share
     assert failed(worker(shared, workspaces).handle(event, lambda_context())) == set()
     assert shared.job("late-1")["status"] == JobStatus.SUCCEEDED
     over = named(emitted_metrics(capsys.readouterr().out), "RecordsOverShare")
@@ -198,3 +202,24 @@ def test_a_takeover_without_a_share_takes_the_job_out_of_the_count(stack: Stack)
     assert claim.lease is not None
     assert stack.guard.running_invocations(NOISY, limit=10) == set()
     assert "runningInvocation" not in stack.job("taken")
+
+
+def test_a_share_that_cannot_be_checked_lets_the_records_run(
+    stack: Stack, workspaces: Any, lambda_context: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given a share, and a table whose running index cannot be read (throttled, unreachable)
+    shared = with_share(stack, 1)
+    enqueue(shared, make_job("open-1", "ws-open"), tenant_id=NOISY)
+    batch_worker = worker(shared, workspaces)
+
+    def unavailable(tenant_id: str, limit: int) -> set[str]:
+        raise RuntimeError("ProvisionedThroughputExceededException")
+
+    batch_worker._running_invocations = unavailable  # type: ignore[method-assign]
+    capsys.readouterr()
+
+    # Then the records run (fairness is not worth a retry), and the miss is counted
+    assert failed(batch_worker.handle(shared.receive(10), lambda_context())) == set()
+    assert (shared.job("open-1")["status"], shared.job("open-1")["attempt"]) == (JobStatus.SUCCEEDED, 1)
+    assert "runningTenant" not in shared.job("open-1")
+    assert [m.value for m in named(emitted_metrics(capsys.readouterr().out), "TenantShareUnchecked")] == [1]

@@ -165,6 +165,12 @@ class Settings(BaseSettings):
         room = self.ephemeral_storage_mb * MIB - 2 * self.max_fetch_bytes - self.max_checkout_bytes
         return max(0, room - EPHEMERAL_HEADROOM_BYTES)
 
+    def deferrable(self, receive_count: int) -> bool:
+        """A record may still be deferred over its tenant's share (`tenant_share`) without costing its job a retry:
+        after this delivery it keeps max_attempts deliveries for its attempts and LAST_DELIVERIES for a crash, before
+        the queue's redrive. A deferral writes nothing, but each one is a delivery."""
+        return receive_count + self.max_attempts + LAST_DELIVERIES <= self.max_receive_count
+
     def near_delivery_limit(self, receive_count: int) -> bool:
         """The message is on one of its LAST_DELIVERIES before the queue's redrive."""
         return receive_count > self.max_receive_count - LAST_DELIVERIES

@@ -39,10 +39,11 @@ class BatchWorker(LastDeliveryParking):
             return {"batchItemFailures": []}
         self._share_gate = self._new_share_gate(context)
         settings = self.services.settings
-        self._groups_near_limit = {
+        # Groups a deferral would cost a retry (or a dead-letter): they run even over their tenant's share.
+        self._groups_never_deferred = {
             str(raw.get("attributes", {}).get("MessageGroupId") or "")
             for raw in raw_records
-            if settings.near_delivery_limit(int(raw.get("attributes", {}).get("ApproximateReceiveCount") or 1))
+            if not settings.deferrable(int(raw.get("attributes", {}).get("ApproximateReceiveCount") or 1))
         }
         deferred: dict[str, str] = {}  # group -> tenant, of the groups deferred (each written from its own thread)
         self._deferred_groups = deferred
@@ -205,18 +206,26 @@ class BatchWorker(LastDeliveryParking):
 
     def _defer_over_share(self, record: SQSRecord, message: JobMessage) -> None:
         """Raise ShareDeferral when the job's tenant runs in as many other invocations as its share (once decided
-        for a tenant, the decision stands for the whole batch); a group near its delivery limit always runs."""
+        for a tenant, the decision stands for the whole batch); a group with a record that has no delivery to spare
+        (`Settings.deferrable`) always runs. A share that cannot be checked (DynamoDB throttled or unreachable) lets
+        the records run: the share is fairness, not safety."""
         gate = self._share_gate
         if gate is None or message.tenant_id is None:
             return
-        decision = gate.decide(str(message.tenant_id))
+        try:
+            decision = gate.decide(str(message.tenant_id))
+        except Exception as error:  # the share check's reads failed: fail open, say so
+            self.logger.warning("tenant share not checked: the records run", extra={"error": repr(error)})
+            self._emit("TenantShareUnchecked", MetricUnit.Count, 1, dimensions={})
+            gate.admit(str(message.tenant_id))
+            return
         if decision.admitted:
             return
         group = record.attributes.message_group_id or ""
-        if group in self._groups_near_limit:
-            # Deferred again, the queue could dead-letter it: it runs over the share, and says so.
+        if group in self._groups_never_deferred:
+            # Deferred again, its job would lose a retry to the queue's redrive: it runs over the share, and says so.
             self.logger.warning(
-                "tenant at its share, but its record is near its delivery limit: it runs",
+                "tenant at its share, but its record has no delivery to spare for a deferral: it runs",
                 extra={"inUse": decision.in_use, "share": decision.share},
             )
             self._emit("RecordsOverShare", MetricUnit.Count, 1, dimensions={"TenantId": str(message.tenant_id)})
@@ -232,7 +241,8 @@ class BatchWorker(LastDeliveryParking):
         gate = self._share_gate
         if gate is None or message.tenant_id is None:
             return None
-        return gate.invocation_id if gate.decide(str(message.tenant_id)).share > 0 else None
+        decision = gate.decided(str(message.tenant_id))
+        return gate.invocation_id if decision is not None and decision.share > 0 else None
 
     def _count_deferred(self, records: list[SQSRecord], failures: set[str], deferred: dict[str, str]) -> int:
         """Emit RecordsDeferred per tenant (the records of deferred groups: they wait, nothing failed); return how many

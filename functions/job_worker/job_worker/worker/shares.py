@@ -6,7 +6,8 @@ batch, on the tenant's first record: if fewer than the tenant's share of other i
 running index, `JobGuard.running_invocations`), every record of the tenant in this batch runs here; else each is
 deferred: handed back with the rest of its group (the group waits, in order), before any claim, so nothing is
 written and no attempt or failure is counted. The queue's receive count still grows with each deferral, so a group
-whose records are near their delivery limit is never deferred (it runs over the share rather than be parked).
+is deferred only while each of its records keeps every delivery its job's attempts and a crash need
+(`Settings.deferrable`); past that it runs over the share.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import threading
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from job_worker.worker.redelivery import RetryLaterError
 
@@ -50,21 +51,46 @@ class ShareGate:
     running_invocations: Callable[[str, int], set[str]]
     invocation_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     _decisions: dict[str, ShareDecision] = field(default_factory=dict)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
+    # What makes a lock (threading.Lock; a simulation gives its own, which yields instead of blocking).
+    lock_factory: Callable[[], Any] = threading.Lock
+    _lock: Any = None
+    _tenant_locks: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._lock = self.lock_factory()
 
     def decide(self, tenant_id: str) -> ShareDecision:
+        """The tenant's decision for this invocation, taken on its first call (under the tenant's own lock: groups of
+        other tenants never wait on this tenant's reads). Raises what the reads raise; `admit` then records a pass."""
         with self._lock:
             decision = self._decisions.get(tenant_id)
-            if decision is None:
-                share = self.shares.share_of(tenant_id)
-                if share <= 0:
-                    decision = ShareDecision(admitted=True, in_use=0, share=0)
-                else:
-                    # one more than the share is enough to know; this invocation itself never counts against it
-                    others = self.running_invocations(tenant_id, share + 1) - {self.invocation_id}
-                    decision = ShareDecision(admitted=len(others) < share, in_use=len(others), share=share)
+            if decision is not None:
+                return decision
+            tenant_lock = self._tenant_locks.setdefault(tenant_id, self.lock_factory())
+        with tenant_lock:
+            with self._lock:
+                decision = self._decisions.get(tenant_id)
+            if decision is not None:
+                return decision
+            share = self.shares.share_of(tenant_id)
+            if share <= 0:
+                decision = ShareDecision(admitted=True, in_use=0, share=0)
+            else:
+                # one more than the share is enough to know; this invocation itself never counts against it
+                others = self.running_invocations(tenant_id, share + 1) - {self.invocation_id}
+                decision = ShareDecision(admitted=len(others) < share, in_use=len(others), share=share)
+            with self._lock:
                 self._decisions[tenant_id] = decision
             return decision
+
+    def admit(self, tenant_id: str) -> None:
+        """Record that the tenant's records run here without a decision (its share could not be checked)."""
+        with self._lock:
+            self._decisions.setdefault(tenant_id, ShareDecision(admitted=True, in_use=0, share=0))
+
+    def decided(self, tenant_id: str) -> ShareDecision | None:
+        with self._lock:
+            return self._decisions.get(tenant_id)
 
     def decisions(self) -> dict[str, ShareDecision]:
         with self._lock:
