@@ -180,7 +180,6 @@ class BatchWorker(LastDeliveryParking):
         message = self._parse_or_reject(record)
         if message is None:
             return
-        self._defer_over_share(record, message)
         with (
             self._log_keys(
                 jobId=message.job_id,
@@ -190,6 +189,7 @@ class BatchWorker(LastDeliveryParking):
             ),
             self._traced(message),
         ):
+            self._defer_over_share(record, message)  # its log lines name the job, as the claim's do
             self._claim_and_run(record, message, context)
 
     # ---- tenant shares -------------------------------------------------------------------------------------------
