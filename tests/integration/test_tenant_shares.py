@@ -22,9 +22,11 @@ from tests.integration.test_worker_metrics import emitted_metrics, named
 NOISY, QUIET = "tenant-noisy", "tenant-quiet"
 
 
-def with_share(stack: Stack, share: int) -> Stack:
+def with_share(stack: Stack, share: int, *, cache_seconds: float = 0) -> Stack:
+    """`stack` with a default share of `share`; a tenant's own share read again after `cache_seconds` (0: each time,
+    so a test sees an override at once)."""
     settings = stack.settings.model_copy(update={"tenant_share": share})
-    shares = TenantShares(stack.services.dynamodb, stack.table_name, share, cache_seconds=0)
+    shares = TenantShares(stack.services.dynamodb, stack.table_name, share, cache_seconds=cache_seconds)
     return replace(stack, settings=settings, services=replace(stack.services, settings=settings, tenant_shares=shares))
 
 

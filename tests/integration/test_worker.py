@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
-from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -89,14 +88,11 @@ def test_worker_duplicate_delivery_after_success_is_one_failed_write_and_no_effe
 def test_worker_duplicate_delivery_without_a_tenant_share_is_one_failed_write(
     stack, make_worker, workspaces, lambda_context
 ):
-    from agent_jobs.tenant_shares import TenantShares
+    from agent_jobs.tenant_shares import CACHE_SECONDS
+    from tests.integration.test_tenant_shares import with_share
 
     # Given a stack without tenant shares (WorkerTenantShare 0), and a job that already succeeded
-    settings = stack.settings.model_copy(update={"tenant_share": 0})
-    shares = TenantShares(stack.services.dynamodb, stack.table_name, 0)
-    unshared = replace(
-        stack, settings=settings, services=replace(stack.services, settings=settings, tenant_shares=shares)
-    )
+    unshared = with_share(stack, 0, cache_seconds=CACHE_SECONDS)
     enqueue(unshared, make_job("dup-2"))
     event = unshared.receive()
     worker = make_worker(unshared)
