@@ -2,7 +2,7 @@
 tenant's workspace. A workspace whose owner bound its direct producers runs only its bound senders' messages and the
 enqueue API's; any other message, whatever tenant it names, is refused: recorded for the operator, counted, never the
 owner's job, no halt, no jobId of the owner's taken. Who sent a message is read from its SenderId alone, which SQS
-stamps (and the emulator derives from the caller's access key)."""
+stamps (and the emulator derives from the caller's access key); the dead-letter redrive applies the same rule."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from agent_jobs.direct_producers import sender_admitted
 from agent_jobs.models import JobStatus, job_message
 from agent_jobs.registration import WorkspaceRegistration
 from agent_jobs.workspaces import WorkspaceRegistry
+from agent_jobs_cli.deadletters import DeadLetterQueue, RedriveOutcome, registered_owners
 from agent_jobs_local.principals import principal_id
 from enqueue_api import app
 from job_worker.jobs.registered import RegisteredWorkspaceStore
@@ -300,10 +301,90 @@ def test_a_registered_binding_is_stored_and_shown_to_its_owner(registering: tupl
     assert registered.registration.direct_producers == producers
 
 
+# ---- the dead-letter redrive applies the same rule ------------------------------------------------------------------
+
+
 def sender_client(stack: Stack, key: str) -> Any:
     """An SQS client signing with `key`: its messages carry the SenderId the emulator derives from it."""
     session = boto3.Session(aws_access_key_id=key, aws_secret_access_key=key, region_name=REGION)
     return session.client("sqs")
+
+
+def dead_letter(sqs: Any, stack: Stack, job_id: str, tenant: str | None) -> str:
+    """A message of acme's workspace as the queue dead-letters it: in the DLQ, with its sender's SenderId."""
+    body = planted_body(job_id, tenant)
+    sent = sqs.send_message(
+        QueueUrl=stack.dlq_url,
+        MessageBody=json.dumps(body),
+        MessageGroupId=f"ws#{WORKSPACE}",
+        MessageDeduplicationId=job_id,
+    )
+    return str(sent["MessageId"])
+
+
+def test_the_redrive_refuses_an_unbound_senders_message_and_parks_a_bound_ones(owned: Owned) -> None:
+    stack = owned.stack
+    bind(stack, WORKSPACE, [principal_id("BOUNDPRODUCERKEY0001")])
+    # Given the DLQ holds a stranger's message naming acme, then one of acme's bound producer, for acme's workspace
+    stranger = dead_letter(sender_client(stack, "STRANGERKEY000000001"), stack, "planted", OWNER)
+    bound = dead_letter(sender_client(stack, "BOUNDPRODUCERKEY0001"), stack, "own-1", None)
+    dlq = DeadLetterQueue(
+        stack.services.sqs, stack.dlq_url, api_sender_id=stack.settings.api_sender_id, final_wait_seconds=0
+    )
+
+    # When the operator redrives the workspace
+    results = dlq.redrive(
+        stack.guard,
+        select_workspace=lambda workspace_id: workspace_id == WORKSPACE,
+        owner_of=registered_owners(stack.services.dynamodb, stack.table_name),
+    )
+
+    # Then the stranger's is refused (recorded, deleted, never acme's job, its jobId free), the bound one parked
+    outcomes = {result.message_id: result.outcome for result in results}
+    assert outcomes == {stranger: RedriveOutcome.REFUSED, bound: RedriveOutcome.PARKED}
+    refused = stack.item(f"msg#{stranger}")
+    assert (refused["status"], refused["senderId"]) == (JobStatus.REJECTED, principal_id("STRANGERKEY000000001"))
+    assert stack.job("planted", OWNER) is None
+    assert stack.job("own-1", OWNER)["status"] == JobStatus.PARKED
+    assert stack.workspace(WORKSPACE)["haltingJobId"] == "own-1"
+    (own,) = enqueue(stack, make_job("planted", WORKSPACE), tenant_id=OWNER)
+    assert own.created
+
+
+def test_the_redrive_refuses_a_message_naming_another_tenant_without_a_halt(owned: Owned) -> None:
+    stack = owned.stack
+    bind(stack, WORKSPACE, None)  # no binding: any sender acts as the owner, but never as another tenant
+    foreign = dead_letter(sender_client(stack, "STRANGERKEY000000001"), stack, "planted", "mallory")
+    dlq = DeadLetterQueue(stack.services.sqs, stack.dlq_url, final_wait_seconds=0)
+
+    (result,) = dlq.redrive(
+        stack.guard,
+        select_workspace=lambda workspace_id: workspace_id == WORKSPACE,
+        owner_of=registered_owners(stack.services.dynamodb, stack.table_name),
+    )
+
+    assert (result.message_id, result.outcome, result.deleted) == (foreign, RedriveOutcome.REFUSED, True)
+    assert stack.item(f"msg#{foreign}")["namedTenantId"] == "mallory"
+    assert stack.workspace(WORKSPACE)["state"] == "ACTIVE"
+    assert stack.job("planted", OWNER) is None
+
+
+def test_the_redrive_leaves_a_bound_workspaces_message_when_the_apis_sender_is_unknown(owned: Owned) -> None:
+    # Given a DLQ message the API may have sent, and a redrive that does not know the API's SenderId
+    stack = owned.stack
+    dead_letter(sender_client(stack, "SOMEKEY0000000000001"), stack, "maybe-api", None)
+    dlq = DeadLetterQueue(stack.services.sqs, stack.dlq_url, final_wait_seconds=0)
+
+    (result,) = dlq.redrive(
+        stack.guard,
+        select_workspace=lambda workspace_id: workspace_id == WORKSPACE,
+        owner_of=registered_owners(stack.services.dynamodb, stack.table_name),
+    )
+
+    # Then it is neither refused nor parked: it stays in the DLQ, and the detail says what to do
+    assert (result.outcome, result.deleted) == (RedriveOutcome.LEFT, False)
+    assert "ApiSenderId" in result.detail
+    assert stack.queue_depth(stack.dlq_url) == 1
 
 
 # ---- over a real HTTP connection: the emulator stamps each sender's principal ---------------------------------------
