@@ -14,6 +14,7 @@ from agent_jobs.models import (
     WorkspaceState,
     parse_queue_message,
 )
+from agent_jobs.registration import RegisteredWorkspace
 from agent_jobs.workspaces import WorkspaceRegistry
 from agent_jobs_cli.deadletter_messages import DeadLetter
 
@@ -21,16 +22,11 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb.client import DynamoDBClient
 
 
-def registered_owners(client: DynamoDBClient, table_name: str) -> Callable[[str], str | None]:
-    """`owner_of` for `DeadLetterQueue.redrive`: a workspace's registered owner, read from the table (None when
-    nobody registered it)."""
+def registered_owners(client: DynamoDBClient, table_name: str) -> Callable[[str], RegisteredWorkspace | None]:
+    """`owner_of` for `DeadLetterQueue.redrive`: a workspace's registration (its owner and the direct producers it
+    bound), read from the table (None when nobody registered it)."""
     registry = WorkspaceRegistry(client, table_name)
-
-    def owner_of(workspace_id: str) -> str | None:
-        registered = registry.get(workspace_id)
-        return registered.tenant_id if registered else None
-
-    return owner_of
+    return registry.get
 
 
 def is_current_marker(guard: JobGuard, message: DeadLetter) -> bool:

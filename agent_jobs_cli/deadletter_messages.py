@@ -6,12 +6,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from agent_jobs.keys import workspace_id_from_group
-
-if TYPE_CHECKING:
-    pass
 
 
 @dataclass(frozen=True)
@@ -57,6 +54,22 @@ class DeadLetter:
         job_id = document.get("jobId") if isinstance(document, dict) else None
         return job_id if isinstance(job_id, str) and job_id else None
 
+    @property
+    def sender_id(self) -> str | None:
+        """The principal that sent the message (SQS's SenderId; a message moved to the DLQ keeps it)."""
+        return self.attributes.get("SenderId") or None
+
+    @property
+    def tenants_named(self) -> list[str]:
+        """The tenants the message names, in its `tenantId` attribute and in its body (the sender's word, both)."""
+        try:
+            document = json.loads(self.body)
+        except ValueError:
+            document = None
+        in_body = document.get("tenantId") if isinstance(document, dict) else None
+        named = [self.message_attributes.get("tenantId"), in_body if isinstance(in_body, str) else None]
+        return list(dict.fromkeys(str(tenant) for tenant in named if tenant))
+
     def summary(self) -> dict[str, Any]:
         return {
             "messageId": self.message_id,
@@ -86,6 +99,9 @@ class RedriveOutcome(StrEnum):
     PARKED = "PARKED"  # parked with its original SequenceNumber, workspace halted; deleted from the DLQ
     REJECTED = "REJECTED"  # not a valid job message: recorded REJECTED, workspace halted; deleted from the DLQ
     NO_WORKSPACE = "NO_WORKSPACE"  # its group names no workspace: recorded REJECTED under msg#<id>; deleted
+    REFUSED = (
+        "REFUSED"  # not the workspace owner's (an unbound sender, another tenant): recorded, nothing halted; deleted
+    )
     ALREADY_DONE = "ALREADY_DONE"  # the job took effect (SUCCEEDED or SKIPPED): deleted only
     ALREADY_SETTLED = "ALREADY_SETTLED"  # the job is PARKED, DEAD or REJECTED already, its halt on record: deleted
     CONFLICT = "CONFLICT"  # the jobId belongs to a job with another payload: deleted without effect, as the worker does

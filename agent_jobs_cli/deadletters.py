@@ -17,9 +17,13 @@ run it after them: order broken. Instead each selected message, in its group's o
 later job of a halted workspace, and a resume (`agent-jobs resume W --retry`) drains the parked jobs in
 SequenceNumber order, this one first. A body that is not a valid job message is rejected through `JobGuard.reject`
 (which halts too), unless a delivery of the same message was rejected before and an operator decided it since: then
-it is only deleted (`JobGuard.rejection_of` finds its record). A job that already took effect (SUCCEEDED or SKIPPED)
-is only deleted, and so is a drain marker of no current resume (the worker would acknowledge it without effect). A
-DLQ message is deleted only after its park or reject write succeeded; a message that could not be settled stops its
+it is only deleted (`JobGuard.rejection_of` finds its record). A message that is not its workspace owner's by the
+worker's rule (`agent_jobs.direct_producers`: a SenderId, which a DLQ message keeps, that is neither the stack's API
+nor one of the direct producers the owner bound; or another tenant named) is refused as the worker refuses it
+(`JobGuard.refuse`): recorded under its message id and deleted, never parked as the owner's job, nothing halted. A
+job that already took effect (SUCCEEDED or SKIPPED) is only deleted, and so is a drain marker of no current resume
+(the worker would acknowledge it without effect). A DLQ message is deleted only after its park, reject or refusal
+write succeeded; a message that could not be settled stops its
 group (its later messages stay in the DLQ, in order) and is left visible for the next run.
 
 No job behind a dead-lettered one runs before the redrive: the job the queue hands out next finds the dead-lettered
@@ -35,8 +39,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
+from agent_jobs.direct_producers import other_tenant_reason, sender_admitted, unbound_sender_reason
 from agent_jobs.guard import JobGuard
 from agent_jobs.models import DRAIN_MESSAGE_TYPE, JobStatus
+from agent_jobs.registration import RegisteredWorkspace
 from agent_jobs_cli.deadletter_checks import is_current_marker, parse_job_message, registered_owners
 from agent_jobs_cli.deadletter_messages import (
     DeadLetter,
@@ -82,9 +88,13 @@ class DeadLetterQueue:
         *,
         hold_seconds: int = DEFAULT_HOLD_SECONDS,
         final_wait_seconds: int = 1,
+        api_sender_id: str | None = None,
     ) -> None:
         self._sqs = sqs
         self._url = dlq_url
+        # The SenderId of the stack's enqueue API (its role's unique id): its messages are always their workspace
+        # owner's. Unknown (None), a message of a workspace that binds its direct producers is left in the DLQ.
+        self._api_sender_id = api_sender_id
         self._hold = hold_seconds
         # A short poll can miss messages on SQS; an empty short poll is confirmed by one long poll this long.
         self._final_wait = final_wait_seconds
@@ -174,15 +184,17 @@ class DeadLetterQueue:
         guard: JobGuard,
         *,
         select_workspace: Callable[[str | None], bool],
-        owner_of: Callable[[str], str | None],
+        owner_of: Callable[[str], RegisteredWorkspace | None],
         max_receive_count: int | None = None,
         on_result: Callable[[RedriveResult], None] = lambda _: None,
     ) -> list[RedriveResult]:
         """Park (or reject) every message of the selected workspaces, each group in order, and delete it from the DLQ
-        once that write succeeded (see the module docstring). `owner_of` names a workspace's registered owner (None
-        when nobody registered it): a job's tenant is the owner's, whatever its message says, as in the worker. A
-        message naming another tenant is rejected under its message id. `max_receive_count` (the jobs queue's redrive
-        maxReceiveCount) goes into the parked reason; each result is also passed to `on_result` as it happens."""
+        once that write succeeded (see the module docstring). `owner_of` gives a workspace's registration (None when
+        nobody registered it): a job's tenant is the owner's, whatever its message says, as in the worker. A message
+        that is not the owner's (a sender the owner did not bind, another tenant named) is refused as the worker
+        refuses it: recorded under its message id, deleted, nothing parked or halted. `max_receive_count` (the jobs
+        queue's redrive maxReceiveCount) goes into the parked reason; each result is also passed to `on_result` as
+        it happens."""
         results: list[RedriveResult] = []
         stopped_groups: set[str | None] = set()
         with self._holding() as held:
@@ -208,7 +220,7 @@ class DeadLetterQueue:
         self,
         guard: JobGuard,
         message: DeadLetter,
-        owner_of: Callable[[str], str | None],
+        owner_of: Callable[[str], RegisteredWorkspace | None],
         max_receive_count: int | None,
     ) -> RedriveResult:
         if message.message_attributes.get("type") == DRAIN_MESSAGE_TYPE and not is_current_marker(guard, message):
@@ -217,12 +229,13 @@ class DeadLetterQueue:
         if message.workspace_id is None:
             return self.drop(guard, message, reason="dead-lettered by the queue")
         workspace_id = message.workspace_id
-        owner = owner_of(workspace_id)
+        registered = owner_of(workspace_id)
+        owner = registered.tenant_id if registered else None
+        refused = self._refused_if_not_the_owners(guard, message, registered) if registered else None
+        if refused is not None:
+            return refused
         job, problem = parse_job_message(message)
         claimed = (job.tenant_id if job else None) or message.message_attributes.get("tenantId")
-        if job is not None and owner is not None and claimed not in (None, owner):
-            problem = f"message names tenant {claimed} but workspace {workspace_id} belongs to another tenant"
-            job = None
         if job is None:
             # Recorded as the owner's, under the message's jobId only when the message named the owner: a sender must
             # not take a jobId of the owner's (as in the worker).
@@ -286,6 +299,42 @@ class DeadLetterQueue:
             now = (guard.get_job(tenant_id, job.job_id) or {}).get("status")
             return redrive_result(message, RedriveOutcome.LEFT, f"could not park the job (now {now}); redrive again")
         return self._deleted(message, RedriveOutcome.PARKED, f"parked at SequenceNumber {sequence_number}; halted")
+
+    def _refused_if_not_the_owners(
+        self, guard: JobGuard, message: DeadLetter, registered: RegisteredWorkspace
+    ) -> RedriveResult | None:
+        """A message of a registered workspace that is not its owner's by the worker's rule (a sender the owner did not
+        bind, another tenant named: `agent_jobs.direct_producers`) refused as the worker refuses it; None when it is
+        the owner's. LEFT when the owner bound direct producers and the stack's API sender id is unknown: the message
+        may be the API's."""
+        workspace_id = registered.workspace_id
+        sender = message.sender_id
+        if not sender_admitted(sender, registered.registration.direct_producers, api_sender_id=self._api_sender_id):
+            if self._api_sender_id is None:
+                return redrive_result(
+                    message,
+                    RedriveOutcome.LEFT,
+                    f"workspace {workspace_id} binds its direct producers and the stack's API sender id is unknown: "
+                    "redrive with a target that names it (the stack's ApiSenderId output, or a restarted local "
+                    "runtime)",
+                )
+            return self._refuse(guard, message, unbound_sender_reason(sender, workspace_id))
+        other = next((tenant for tenant in message.tenants_named if tenant != registered.tenant_id), None)
+        return None if other is None else self._refuse(guard, message, other_tenant_reason(other, workspace_id))
+
+    def _refuse(self, guard: JobGuard, message: DeadLetter, reason: str) -> RedriveResult:
+        """Record a message that is not its workspace owner's as the worker does (`JobGuard.refuse`), then delete it:
+        it never becomes the owner's job, takes none of its jobIds and halts nothing."""
+        named = message.tenants_named
+        guard.refuse(
+            message_id=message.message_id,
+            group_id=str(message.group_id),
+            reason=f"dead-lettered by the queue; {reason}",
+            body=message.body,
+            sender_id=message.sender_id,
+            named_tenant=named[0] if named else None,
+        )
+        return self._deleted(message, RedriveOutcome.REFUSED, f"{reason}; recorded as msg#{message.message_id}")
 
     def drop(self, guard: JobGuard, message: DeadLetter, *, reason: str) -> RedriveResult:
         """Delete a message whose group names no workspace, once it is recorded REJECTED under `msg#<messageId>`

@@ -3,8 +3,8 @@
 By default it acts on the local runtime (`make local` writes `.agent-jobs/local.json`); `--stack-name NAME` acts on a
 deployed stack instead (its CloudFormation Outputs). API calls carry a bearer token: `--token` or AGENT_JOBS_TOKEN;
 against the local runtime, when none is given, one is minted for `--tenant` from the local development key.
-The `dlq` and `tenants` commands use your AWS credentials on the queue and table directly, not the API. `local`,
-`demo` and `bench` run the system and its benchmarks on this machine.
+The `dlq`, `refused` and `tenants` commands use your AWS credentials on the queue and table directly, not the API.
+`local`, `demo` and `bench` run the system and its benchmarks on this machine.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Annotated
 
 import typer
 
-from agent_jobs_cli.commands import bench, dlq, jobs, local, plan, tenants, workspaces
+from agent_jobs_cli.commands import bench, dlq, jobs, local, plan, refused, tenants, workspaces
 from agent_jobs_cli.context import CliState
 
 app = typer.Typer(
@@ -71,6 +71,7 @@ dlq_app.command("list")(dlq.dlq_list)
 dlq_app.command("show")(dlq.dlq_show)
 dlq_app.command("drop")(dlq.dlq_drop)
 dlq_app.command("redrive")(dlq.dlq_redrive)
+app.command()(refused.refused)
 tenants_app.command("share")(tenants.tenants_share)
 # On this machine, without AWS.
 app.command()(plan.plan)

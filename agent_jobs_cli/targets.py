@@ -25,6 +25,9 @@ STACK_OUTPUTS: Final = {
     "dlq_url": "DeadLetterQueueUrl",
     "table_name": "TableName",
 }
+# Outputs the CLI uses when a stack has them (an older stack lacks them): the SenderId of the API's messages, which
+# the dead-letter redrive needs for a workspace that binds its direct producers.
+OPTIONAL_STACK_OUTPUTS: Final = {"api_sender_id": "ApiSenderId"}
 _CLIENT_CONFIG: Final = Config(retries={"mode": "standard", "max_attempts": 5}, connect_timeout=5, read_timeout=30)
 
 
@@ -45,6 +48,8 @@ class Target:
     endpoint_url: str | None = None
     local: bool = False
     stack_name: str | None = None
+    # The enqueue API's role unique id (its messages' SenderId is `<this>:<function name>`); None when unknown.
+    api_sender_id: str | None = None
 
     def session(self) -> boto3.Session:
         key: str | None = None
@@ -91,6 +96,7 @@ def load_local_target(path: Path) -> Target:
         dlq_url=str(document["deadLetterQueueUrl"]),
         endpoint_url=document.get("endpointUrl") or None,
         local=True,
+        api_sender_id=document.get("apiSenderId") or None,
     )
 
 
@@ -119,5 +125,6 @@ def load_stack_target(stack_name: str, region: str | None, session: boto3.Sessio
             "(`make deploy`)"
         )
     values = {field: outputs[key] for field, key in STACK_OUTPUTS.items()}
+    values.update({field: outputs[key] for field, key in OPTIONAL_STACK_OUTPUTS.items() if outputs.get(key)})
     values["api_url"] = values["api_url"].rstrip("/")
     return Target(region=region, stack_name=stack_name, **values)

@@ -1,8 +1,8 @@
 """The local AWS emulator: moto's server in its own process, with SQS FIFO ordering as SQS keeps it.
 
 `Emulator` starts `python -m agent_jobs_local.emulator --port N` on a free loopback port and waits until it answers.
-That launcher corrects four places where moto 5.2.5 breaks the ordering or atomicity this product relies on,
-before serving:
+That launcher corrects five places where moto 5.2.5 breaks the ordering, atomicity or sender identity this product
+relies on, before serving:
 
 - SequenceNumbers (`patch_fifo_sequence_numbers`). moto draws a FIFO message's SequenceNumber at random
   (`SQSBackend.send_message`), while SQS's numbers increase in the order the queue accepts messages, and this product
@@ -21,6 +21,13 @@ before serving:
   transactions are made atomic and isolated, and a transaction backs up only the items it writes
   (`transact_write_items_undo_log`): moto's copy of every table a transaction names made each TransactWriteItems
   cost in proportion to the table (250 ms per call at 5,000 items), so the emulator slowed down as a run went on.
+- SenderId (`patch_sender_ids`). moto stamps every message with one constant SenderId, while SQS stamps the
+  principal that sent it, and the worker tells the stack's enqueue API and a workspace's bound direct producers from
+  any other sender by SenderId alone. The launcher gives each message the principal of the access key its
+  SendMessage was signed with: a role session moto's STS handed out is `<role id>:<session name>`, a user moto's IAM
+  knows is its user id, and any other key an id of an IAM user's form derived from the key
+  (`principals.principal_id`), so two keys send as two principals over a real HTTP connection. The local runtime
+  signs each function's calls with a key of its own (`principals.function_access_key`).
 
 Known differences from SQS and DynamoDB that remain (nothing here works around them; tests must not rely on them):
 
@@ -63,6 +70,7 @@ from agent_jobs_local.emulator_sqs import (
     patch_atomic_queue_operations,
     patch_fifo_redelivery_order,
     patch_fifo_sequence_numbers,
+    patch_sender_ids,
 )
 
 REPO_ROOT: Final = Path(__file__).resolve().parent.parent
@@ -74,6 +82,7 @@ def apply_fidelity_patches() -> None:
     """Every correction (`emulator_sqs`, `emulator_dynamodb`); the launcher calls it before moto serves."""
     patch_fifo_sequence_numbers()
     patch_fifo_redelivery_order()
+    patch_sender_ids()
     patch_atomic_queue_operations()
     patch_atomic_table_operations()
 
@@ -239,6 +248,7 @@ __all__ = [
     "patch_atomic_table_operations",
     "patch_fifo_redelivery_order",
     "patch_fifo_sequence_numbers",
+    "patch_sender_ids",
     "transact_write_items_undo_log",
 ]
 

@@ -1,14 +1,17 @@
 """The emulator's SQS corrections, applied inside its process before moto serves (see `emulator` for why each is
-needed): FIFO SequenceNumbers in acceptance order, an expired FIFO batch redelivered in group order, and each SQS
-call atomic."""
+needed): FIFO SequenceNumbers in acceptance order, an expired FIFO batch redelivered in group order, each SQS call
+atomic, and a message's SenderId the principal of the key that sent it."""
 
 from __future__ import annotations
 
 import functools
+import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Final
+
+from agent_jobs_local.principals import principal_id
 
 SEQUENCE_NUMBER_DIGITS: Final = 20
 _NUMBERED: Final = "_agent_jobs_sequence_numbered"
@@ -218,3 +221,82 @@ def patch_atomic_queue_operations() -> None:
 
     setattr(receive_message, PATCHED, True)
     backend_class.receive_message = receive_message  # type: ignore[method-assign]
+
+
+_CREDENTIAL: Final = re.compile(r"Credential=([^/\s,]+)/")
+_sending_as = threading.local()  # the principal of the SendMessage(Batch) request this thread is serving
+
+
+def access_key_of(headers: Mapping[str, str]) -> str | None:
+    """The access key id a SigV4-signed request was signed with (its Authorization header's Credential)."""
+    match = _CREDENTIAL.search(headers.get("Authorization") or headers.get("authorization") or "")
+    return match.group(1) if match else None
+
+
+def caller_principal_id(response: Any) -> str | None:
+    """The SenderId SQS would stamp on a message of this request: for a key moto's STS handed out for an assumed role,
+    `<role id>:<session name>`; for a key of a user moto's IAM knows, the user's id; for any other key,
+    `principals.principal_id` of the key. None for an unsigned request (moto's constant SenderId stays)."""
+    key = access_key_of(response.headers)
+    if key is None:
+        return None
+    from moto.iam.models import iam_backends
+    from moto.sts.models import sts_backends
+
+    account, partition = response.current_account, response.partition
+    assumed = sts_backends[account][partition].get_assumed_role_from_access_key(key)
+    if assumed is not None:
+        return str(assumed.user_id)
+    user = iam_backends[account][partition].get_user_from_access_key_id(key)
+    return str(user.id) if user is not None else principal_id(key)
+
+
+def patch_sender_ids() -> None:
+    """Make moto's SQS stamp each message with its sender's principal, as SQS does (idempotent; call before serving).
+
+    moto gives every message one constant SenderId, so every caller looks like one principal, and a worker that trusts
+    SenderId alone to tell the stack's enqueue API from a direct producer could not be tried against it. Here
+    SendMessage and SendMessageBatch note the caller's principal (`caller_principal_id`) while they run, and each
+    message created meanwhile takes it; a message moved to the dead-letter queue keeps it. Raises RuntimeError when
+    moto's SQS, STS or IAM no longer have what this relies on.
+    """
+    from moto.iam.models import IAMBackend
+    from moto.sqs import models, responses
+    from moto.sts.models import STSBackend
+
+    response_class, message_class = responses.SQSResponse, models.Message
+    if not all(callable(getattr(response_class, name, None)) for name in ("send_message", "send_message_batch")) or (
+        not callable(getattr(STSBackend, "get_assumed_role_from_access_key", None))
+        or not callable(getattr(IAMBackend, "get_user_from_access_key_id", None))
+    ):
+        raise RuntimeError(
+            "moto's SQSResponse.send_message(_batch), STSBackend.get_assumed_role_from_access_key or "
+            "IAMBackend.get_user_from_access_key_id is gone: update agent_jobs_local.emulator_sqs.patch_sender_ids"
+        )
+    if getattr(response_class.send_message, PATCHED, False):
+        return
+
+    original_init = message_class.__init__
+
+    @functools.wraps(original_init)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        original_init(self, *args, **kwargs)
+        sender = getattr(_sending_as, "sender_id", None)
+        if sender is not None:
+            self.sender_id = sender
+
+    def as_caller(method: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(method)
+        def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+            _sending_as.sender_id = caller_principal_id(self)
+            try:
+                return method(self, *args, **kwargs)
+            finally:
+                _sending_as.sender_id = None
+
+        setattr(wrapper, PATCHED, True)
+        return wrapper
+
+    message_class.__init__ = __init__  # type: ignore[method-assign]
+    response_class.send_message = as_caller(response_class.send_message)  # type: ignore[method-assign]
+    response_class.send_message_batch = as_caller(response_class.send_message_batch)  # type: ignore[method-assign]

@@ -307,9 +307,15 @@ class LocalRuntime:
 
     def write_connection_file(self, path: Path) -> Path:
         """Write the connection file the `agent-jobs` command line reads for this runtime (JSON): `apiUrl`,
-        `endpointUrl` (the emulator), `region`, `tableName`, `queueUrl`, `deadLetterQueueUrl`."""
+        `endpointUrl` (the emulator), `region`, `tableName`, `queueUrl`, `deadLetterQueueUrl`, `apiSenderId` (the
+        worker's API_SENDER_ID: the SenderId of the API's messages)."""
+        worker_env = self.function_env.get(self.model.worker.function.function_id, {})
         return write_connection_file(
-            path, api_url=self.api_url, endpoint_url=self.endpoint_url, resources=self.resources
+            path,
+            api_url=self.api_url,
+            endpoint_url=self.endpoint_url,
+            resources=self.resources,
+            api_sender_id=worker_env.get("API_SENDER_ID"),
         )
 
     def write_env_file(

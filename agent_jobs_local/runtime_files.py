@@ -94,10 +94,15 @@ def container_endpoint(endpoint_url: str, hosts: Sequence[str] = ()) -> str:
 
 
 def write_connection_file(
-    path: Path, *, api_url: str, endpoint_url: str | None, resources: ProvisionedResources
+    path: Path,
+    *,
+    api_url: str,
+    endpoint_url: str | None,
+    resources: ProvisionedResources,
+    api_sender_id: str | None = None,
 ) -> Path:
     """Write the connection file (JSON): `apiUrl`, `endpointUrl` (the emulator), `region`, `tableName`, `queueUrl`,
-    `deadLetterQueueUrl`."""
+    `deadLetterQueueUrl`, and `apiSenderId` (the SenderId of the enqueue API's messages) when known."""
     document = {
         "apiUrl": api_url,
         "endpointUrl": endpoint_url,
@@ -106,6 +111,8 @@ def write_connection_file(
         "queueUrl": resources.queue_url,
         "deadLetterQueueUrl": resources.dlq_url,
     }
+    if api_sender_id:
+        document["apiSenderId"] = api_sender_id
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")

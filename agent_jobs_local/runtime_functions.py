@@ -41,9 +41,11 @@ def function_environments(
 ) -> dict[str, dict[str, str]]:
     """Function id -> environment: the template's values against `resources`, durations scaled; every function's
     WORKSPACES_REMOTE_ROOT and ALLOWED_PRIVATE_HOSTS, and `sam_local_env` where the template declares the variable (with
-    EndpointUrl); the worker's WORKSPACES_ROOT, the local Lambda endpoint
+    EndpointUrl); the access key of each function with a role SAM generates (`principals.function_access_key`); the
+    worker's WORKSPACES_ROOT, the local Lambda endpoint
     (`lambda_url`, when one serves the directly invoked functions) and `extra_worker_env`, last."""
     worker_id = model.worker.function.function_id
+    roles = model.generated_resources()
     environments: dict[str, dict[str, str]] = {}
     for function_id in model.resources_of_type("AWS::Serverless::Function"):
         environment = scale_durations(model.function_environment(function_id, resources.references), time_scale)
@@ -52,6 +54,11 @@ def function_environments(
         environment["ALLOWED_PRIVATE_HOSTS"] = ",".join(allowed_private_hosts)
         declared = (model.function_properties(function_id).get("Environment") or {}).get("Variables") or {}
         environment.update({name: value for name, value in (sam_local_env or {}).items() if name in declared})
+        if f"{function_id}Role" in roles:
+            # The function signs with a key of its own, as it would with its role: the emulator stamps its messages
+            # with that key's principal, the RoleId `!GetAtt <FunctionId>Role.RoleId` resolves to (`principals`).
+            key = model.function_access_key(function_id)
+            environment.update({"AWS_ACCESS_KEY_ID": key, "AWS_SECRET_ACCESS_KEY": key})
         if function_id == worker_id:
             environment["WORKSPACES_ROOT"] = str(workspaces_root)
             if lambda_url is not None:

@@ -10,7 +10,8 @@ if TYPE_CHECKING:
 
 class UnregisteredWorkspaces:
     """What a store without registrations answers the worker (`job_worker.jobs.workspace.JobWorkspaceStore`): no
-    workspace has an owner, so a message's own tenant stands, and a job gets no registration, token or host check.
+    workspace has an owner or a binding of direct producers, so a message's own tenant stands, and a job gets no
+    registration, token or host check.
 
     It imports nothing of the worker's code, so a store defined before the function's folder is on the import path
     (the benchmarks') can build on it."""
@@ -18,6 +19,9 @@ class UnregisteredWorkspaces:
     binds_tenants = False
 
     def owner(self, workspace_id: str) -> str | None:
+        return None
+
+    def direct_producers(self, workspace_id: str) -> list[str] | None:
         return None
 
     def job_context(self, workspace_id: str, context: JobContext) -> JobContext:

@@ -24,7 +24,7 @@ R = TypeVar("R")
 def dead_letter_queue(target: Target) -> DeadLetterQueue:
     from agent_jobs_cli.deadletters import DeadLetterQueue
 
-    return DeadLetterQueue(target.sqs(), target.dlq_url)
+    return DeadLetterQueue(target.sqs(), target.dlq_url, api_sender_id=target.api_sender_id)
 
 
 def queue_max_receive_count(target: Target) -> int | None:
@@ -233,6 +233,7 @@ def dlq_redrive(
             on_result=report,
         ),
     )
+    refused = [r for r in results if r.outcome is RedriveOutcome.REFUSED]
     halted_workspaces = sorted(
         {str(r.workspace_id) for r in results if r.outcome in (RedriveOutcome.PARKED, RedriveOutcome.REJECTED)}
     )
@@ -247,6 +248,11 @@ def dlq_redrive(
     else:
         if not results:
             console.print("Nothing to redrive: no DLQ message of the selected workspaces.")
+        if refused:
+            console.print(
+                f"{len(refused)} message(s) were not their workspace owner's: recorded, nothing halted. List them: "
+                "agent-jobs refused"
+            )
         for workspace_id in halted_workspaces:
             console.print(
                 f"Workspace {workspace_id} is HALTED with its dead-lettered job(s) parked in order. When the cause "

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from agent_jobs_local.principals import function_access_key, principal_id
 from agent_jobs_local.template.intrinsics import IntrinsicResolver
 from agent_jobs_local.template.loading import References, TemplateError
 from agent_jobs_local.template.values import as_int, get_att_resource, merge_globals, parameter_string
@@ -115,6 +116,27 @@ class FunctionReader(IntrinsicResolver):
             for function_id in self.resources_of_type("AWS::Serverless::Function")
             if not self.function_properties(function_id).get("Events")
         ]
+
+    def generated_resources(self) -> dict[str, dict[str, str]]:
+        """The execution role SAM generates for each function that names no Role (`<FunctionId>Role`): its name, ARN
+        and RoleId. Locally the function signs with its own access key (`principals.function_access_key`) and its
+        RoleId is the SenderId the emulator gives that key, so `!GetAtt <FunctionId>Role.RoleId` names the function's
+        messages as SQS would."""
+        roles: dict[str, dict[str, str]] = {}
+        for function_id in self.resources_of_type("AWS::Serverless::Function"):
+            if "Role" in self.function_properties(function_id):
+                continue
+            name = f"{self.stack_name}-{function_id}Role"[:64]
+            roles[f"{function_id}Role"] = {
+                "Ref": name,
+                "Arn": f"arn:{self.partition}:iam::{self.account_id}:role/{name}",
+                "RoleId": principal_id(self.function_access_key(function_id)),
+            }
+        return roles
+
+    def function_access_key(self, function_id: str) -> str:
+        """The access key id the function signs its calls to a local emulator with (`principals`)."""
+        return function_access_key(self.stack_name, function_id)
 
     def function_own_environment(self, function_id: str, references: References | None = None) -> dict[str, str]:
         """The environment variables the function declares itself, resolved; without those of Globals.Function."""

@@ -139,11 +139,20 @@ class IntrinsicResolver:
             return self._pseudo_parameter(name)
         return self._resource_value(name, "Ref", refs)
 
+    def generated_resources(self) -> dict[str, dict[str, str]]:
+        """Resources the SAM transform generates (not in the template's Resources) with their local values, by
+        logical id; `references` may override them."""
+        return {}
+
     def _resource_value(self, resource: str, attribute: str, refs: References) -> str:
+        values: Mapping[str, str] | None = refs.get(resource)
         if resource not in self.template["Resources"]:
-            raise TemplateError(f"{resource} is neither a parameter nor a resource of the template")
+            generated = self.generated_resources().get(resource)
+            if generated is None:
+                raise TemplateError(f"{resource} is neither a parameter nor a resource of the template")
+            values = {**generated, **(values or {})}
         try:
-            return refs[resource][attribute]
+            return (values or {})[attribute]
         except KeyError:
             what = f"Ref {resource}" if attribute == "Ref" else f"{resource}.{attribute}"
             raise TemplateError(f"{what} is not known here: provision the resource and pass its references") from None

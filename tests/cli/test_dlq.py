@@ -392,16 +392,16 @@ def test_dlq_redrive_binds_a_job_to_its_workspace_owner_never_to_the_tenant_its_
     # When the operator redrives everything
     result = run(path, "dlq", "redrive", "--all", "--yes", "--json")
 
-    # Then it is REJECTED as acme's record under its message id, saying why, and parked for nobody: mallory has no
-    # job in acme's workspace and the jobId stays free for acme
+    # Then it is refused under its message id, saying why, and parked for nobody: mallory has no job in acme's
+    # workspace, the jobId stays free for acme, and acme's workspace runs on
     assert result.exit_code == 0, result.output
-    assert [r["outcome"] for r in json.loads(result.stdout)["results"]] == [RedriveOutcome.REJECTED]
+    assert [r["outcome"] for r in json.loads(result.stdout)["results"]] == [RedriveOutcome.REFUSED]
     record = server_stack.item(f"msg#{sent['MessageId']}")
-    assert (record["status"], record["tenantId"]) == (JobStatus.REJECTED, "acme")
+    assert (record["status"], record["namedTenantId"], "tenantId" in record) == (JobStatus.REJECTED, "mallory", False)
     assert "belongs to another tenant" in record["error"]
     assert server_stack.job("planted-1", "mallory") is None
     assert server_stack.job("planted-1", "acme") is None
-    assert server_stack.workspace("ws-acme")["state"] == WorkspaceState.HALTED
+    assert server_stack.workspace("ws-acme")["state"] == WorkspaceState.ACTIVE
 
 
 def test_redrive_deletes_a_bad_message_whose_rejection_an_operator_already_decided(tmp_path, server_stack, moto_server):

@@ -40,6 +40,18 @@ def test_targets_stack_outputs_name_the_api_queues_and_table():
         False,
         None,
     )
+    assert target.api_sender_id is None  # an older stack has no ApiSenderId: the redrive leaves what it cannot tell
+
+
+def test_targets_stack_output_names_the_apis_sender_for_the_redrive():
+    outputs = {**STACK_TEMPLATE["Outputs"], "ApiSenderId": {"Value": "AROAAPIROLE0000000001"}}  # type: ignore[dict-item]
+    with mock_aws():
+        boto3.client("cloudformation", region_name="us-east-1").create_stack(
+            StackName="agent-jobs", TemplateBody=json.dumps({**STACK_TEMPLATE, "Outputs": outputs})
+        )
+        target = load_stack_target("agent-jobs", "us-east-1")
+
+    assert target.api_sender_id == "AROAAPIROLE0000000001"
 
 
 def test_targets_stack_without_an_output_says_to_deploy_this_template():
@@ -75,10 +87,12 @@ def test_targets_connection_file_written_by_the_runtime_is_read_back(tmp_path: P
         path = runtime.write_connection_file(tmp_path / ".agent-jobs" / "local.json")
         expected = (runtime.api_url, runtime.endpoint_url, runtime.resources.queue_url, runtime.resources.dlq_url)
         table = runtime.resources.table_name
+        api_sender = runtime.function_env["JobWorkerFunction"]["API_SENDER_ID"]
 
     target = load_local_target(path)
     assert (target.api_url, target.endpoint_url, target.queue_url, target.dlq_url) == expected
     assert target.table_name == table
+    assert target.api_sender_id == api_sender
     assert target.local
 
 

@@ -17,8 +17,8 @@ from aws_lambda_powertools import Logger, Metrics
 from agent_jobs.models import JobType
 from agent_jobs_local.template import DEFAULT_TEMPLATE_PATH, TemplateModel
 from job_worker.jobs.errors import PermanentJobError
-from job_worker.processing import JOB_TYPE_DIMENSION, WORKSPACES_HALTED, BatchWorker
-from tests.conftest import Stack, enqueue, make_job
+from job_worker.processing import JOB_TYPE_DIMENSION, MESSAGES_REFUSED, WORKSPACES_HALTED, BatchWorker
+from tests.conftest import Stack, enqueue, make_job, make_message
 from tests.integration.test_worker_metrics import Emitted, emitted_metrics, named
 
 REPO = DEFAULT_TEMPLATE_PATH.parent
@@ -80,6 +80,53 @@ def test_workspaces_halted_alarm_names_exactly_the_metric_the_worker_emits(
     assert (alarm["Statistic"], alarm["ComparisonOperator"], alarm["Threshold"]) == ("Sum", "GreaterThanThreshold", 0)
 
 
+def test_messages_refused_alarm_names_exactly_the_metric_the_worker_emits(
+    stack: Stack, workspaces: Any, model: TemplateModel, lambda_context: Any, sqs_fifo_record: Any, capsys: Any
+) -> None:
+    # Given the worker with the template's namespace and service, and a message for a workspace that another tenant
+    # owns (a store whose every workspace is acme's)
+    worker = BatchWorker(
+        services=stack.services,
+        workspaces=OwnedWorkspaces(workspaces),
+        logger=Logger(service="obs-test"),
+        metrics=Metrics(
+            namespace=_worker_environment(model, "POWERTOOLS_METRICS_NAMESPACE"),
+            service=_worker_environment(model, "POWERTOOLS_SERVICE_NAME"),
+        ),
+    )
+    record = sqs_fifo_record("ws#ws-obs", make_message("obs-foreign", "ws-obs", "mallory").model_dump(by_alias=True))
+    capsys.readouterr()
+
+    worker.handle({"Records": [record]}, lambda_context())
+
+    (refused,) = named(emitted_metrics(capsys.readouterr().out), MESSAGES_REFUSED)
+    alarm = _props(model, "MessagesRefusedAlarm")
+    assert (alarm["Namespace"], alarm["MetricName"]) == (refused.namespace, refused.name)
+    assert _dimensions(model, alarm["Dimensions"]) == refused.dimensions
+    assert (alarm["Statistic"], alarm["ComparisonOperator"], alarm["Threshold"]) == ("Sum", "GreaterThanThreshold", 0)
+
+
+class OwnedWorkspaces:
+    """A folder store whose every workspace is acme's, bound to no direct producer."""
+
+    binds_tenants = True
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def owner(self, workspace_id: str) -> str | None:
+        return "acme"
+
+    def direct_producers(self, workspace_id: str) -> list[str] | None:
+        return None
+
+    def open(self, workspace_id: str) -> Any:
+        return self._inner.open(workspace_id)
+
+    def job_context(self, workspace_id: str, context: Any) -> Any:
+        return context
+
+
 def test_dead_jobs_alarm_sums_the_metric_the_worker_emits_for_every_job_type(
     model: TemplateModel, emitted_on_a_dead_job: list[Emitted]
 ) -> None:
@@ -107,7 +154,7 @@ def test_dead_jobs_alarm_sums_the_metric_the_worker_emits_for_every_job_type(
 
 def test_new_alarms_notify_the_alarm_topic_like_the_others(model: TemplateModel) -> None:
     expected = _props(model, "DeadLetterQueueDepthAlarm")["AlarmActions"]
-    for alarm_id in ("WorkspacesHaltedAlarm", "DeadJobsAlarm"):
+    for alarm_id in ("WorkspacesHaltedAlarm", "DeadJobsAlarm", "MessagesRefusedAlarm"):
         alarm = _props(model, alarm_id)
         assert alarm["AlarmActions"] == expected == alarm["OKActions"]
         assert alarm["TreatMissingData"] == "notBreaching"
@@ -176,6 +223,7 @@ def test_dashboard_graphs_queues_and_functions_of_this_stack(model: TemplateMode
         for name in ("Errors", "Throttles", "ConcurrentExecutions", "Duration"):
             assert ("AWS/Lambda", name, "FunctionName", function) in plain, (name, function)
     assert ("AgentJobs", WORKSPACES_HALTED, "service", "<AWS::StackName>") in plain
+    assert ("AgentJobs", MESSAGES_REFUSED, "service", "<AWS::StackName>") in plain
 
 
 def test_dashboard_searches_job_metrics_by_the_dimensions_the_worker_emits(

@@ -15,6 +15,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
+from agent_jobs_local.principals import principal_id
 from agent_jobs_local.template import (
     DEFAULT_TEMPLATE_PATH,
     AwsClients,
@@ -431,6 +432,20 @@ def test_worker_environment_carries_the_backoff_and_safety_margin(model: Templat
     }
 
 
+def test_worker_knows_the_apis_messages_by_the_role_sam_generates_for_the_api(model: TemplateModel) -> None:
+    # SAM generates <FunctionId>Role for a function that names no Role; its RoleId is what the API's messages'
+    # SenderId begins with. The worker is given it, and the stack's outputs name it for the dead-letter redrive.
+    api_sender = {"Fn::GetAtt": ["EnqueueApiFunctionRole", "RoleId"]}
+    assert "Role" not in model.function_properties("EnqueueApiFunction")
+    assert model.function_properties("JobWorkerFunction")["Environment"]["Variables"]["API_SENDER_ID"] == api_sender
+    assert model.template["Outputs"]["ApiSenderId"]["Value"] == api_sender
+    assert "EnqueueApiFunctionRole" not in model.resources
+    # Locally the role resolves to the principal the emulator gives the function's own access key.
+    role = model.generated_resources()["EnqueueApiFunctionRole"]
+    assert role["RoleId"] == principal_id(model.function_access_key("EnqueueApiFunction"))
+    assert model.function_environment_variable("JobWorkerFunction", "API_SENDER_ID") == role["RoleId"]
+
+
 def test_worker_maximum_concurrency_fits_its_reserved_concurrency(model: TemplateModel) -> None:
     worker = model.worker
     assert worker.maximum_concurrency is not None
@@ -467,6 +482,19 @@ def test_table_has_the_sparse_indexes_a_resume_and_a_claim_read(model: TemplateM
         "haltedByTenant",
         "pendingByWorkspace",
         "runningByTenant",
+        "refusedByDay",
+    }
+    # Messages refused without a halt, by day and time: small entries (no bodies) the operator's listing reads
+    assert indexes["refusedByDay"] == {
+        "IndexName": "refusedByDay",
+        "KeySchema": [
+            {"AttributeName": "refusedDay", "KeyType": "HASH"},
+            {"AttributeName": "acceptedAt", "KeyType": "RANGE"},
+        ],
+        "Projection": {
+            "ProjectionType": "INCLUDE",
+            "NonKeyAttributes": ["messageId", "groupId", "senderId", "namedTenantId", "error"],
+        },
     }
     # Jobs claimed by a tenant with a share, until they settle, by lease expiry: keys and the invocation only
     assert indexes["runningByTenant"] == {

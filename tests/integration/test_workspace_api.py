@@ -109,6 +109,7 @@ def test_register_workspace_is_201_then_200(api: WorkspaceApi) -> None:
         "tokenParameter": None,
         "githubRepository": None,
         "githubApiUrl": None,
+        "directProducers": None,
         "registeredAt": created.body["registeredAt"],
     }
     assert isinstance(created.body["registeredAt"], int)

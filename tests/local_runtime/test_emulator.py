@@ -1,4 +1,5 @@
-"""The local emulator: moto's server in its own process, numbering FIFO messages in the order the queue accepts them."""
+"""The local emulator: moto's server in its own process, numbering FIFO messages in the order the queue accepts them
+and stamping each with its sender's principal."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import boto3
 import pytest
 
 from agent_jobs_local.emulator import ATOMIC_QUEUE_OPERATIONS, Emulator
+from agent_jobs_local.principals import principal_id
 
 REGION = "us-east-1"
 
@@ -223,6 +225,7 @@ def test_emulator_launcher_applies_every_correction(monkeypatch: pytest.MonkeyPa
     # SQS call and every DynamoDB item operation ends up behind the atomicity wrappers the race tests below exercise.
     from moto.dynamodb import models as dynamodb_models
     from moto.sqs import models as sqs_models
+    from moto.sqs import responses as sqs_responses
 
     from agent_jobs_local.emulator import apply_fidelity_patches
     from agent_jobs_local.emulator_dynamodb import _TABLE_OPERATIONS
@@ -235,14 +238,52 @@ def test_emulator_launcher_applies_every_correction(monkeypatch: pytest.MonkeyPa
         monkeypatch.setattr(sqs_models.Queue, name, sqs_models.Queue.__dict__[name])
     for name in _TABLE_OPERATIONS:
         monkeypatch.setattr(dynamodb_models.DynamoDBBackend, name, getattr(dynamodb_models.DynamoDBBackend, name))
+    for name in ("send_message", "send_message_batch"):
+        monkeypatch.setattr(sqs_responses.SQSResponse, name, getattr(sqs_responses.SQSResponse, name))
+    monkeypatch.setattr(sqs_models.Message, "__init__", sqs_models.Message.__init__)
     assert not getattr(sqs_models.SQSBackend.delete_message, _PATCHED, False)
 
     apply_fidelity_patches()
 
+    for name in ("send_message", "send_message_batch"):
+        assert getattr(getattr(sqs_responses.SQSResponse, name), _PATCHED, False), name
     for name in queue_operations:
         assert getattr(getattr(sqs_models.SQSBackend, name), _PATCHED, False), name
     for name in _TABLE_OPERATIONS:
         assert getattr(getattr(dynamodb_models.DynamoDBBackend, name), _PATCHED, False), name
+
+
+def test_emulator_stamps_each_message_with_the_principal_of_its_senders_key(moto_server: str) -> None:
+    # Given a FIFO queue whose messages move to a dead-letter queue on their second receive, and two senders' keys
+    sqs, dlq_url = fifo_queue(moto_server)
+    dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    _, url = fifo_queue(moto_server)
+    sqs.set_queue_attributes(
+        QueueUrl=url, Attributes={"RedrivePolicy": f'{{"deadLetterTargetArn": "{dlq_arn}", "maxReceiveCount": "1"}}'}
+    )
+
+    def sender(key: str) -> Any:
+        return boto3.client(
+            "sqs", endpoint_url=moto_server, region_name=REGION, aws_access_key_id=key, aws_secret_access_key=key
+        )
+
+    # When each sends one message, singly or in a batch
+    sender("PRODUCERKEYA00000001").send_message(
+        QueueUrl=url, MessageBody="a", MessageGroupId="a", MessageDeduplicationId="a"
+    )
+    sender("PRODUCERKEYB00000001").send_message_batch(
+        QueueUrl=url, Entries=[{"Id": "b", "MessageBody": "b", "MessageGroupId": "b", "MessageDeduplicationId": "b"}]
+    )
+
+    # Then each carries its own key's principal, the same as the key always gives, and keeps it in the DLQ
+    first = sqs.receive_message(
+        QueueUrl=url, MaxNumberOfMessages=10, MessageSystemAttributeNames=["All"], VisibilityTimeout=0
+    )["Messages"]
+    senders = {m["Body"]: m["Attributes"]["SenderId"] for m in first}
+    assert senders == {"a": principal_id("PRODUCERKEYA00000001"), "b": principal_id("PRODUCERKEYB00000001")}
+    assert sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", []) == []  # moved to the DLQ
+    dead = receive_all(sqs, dlq_url, 2)
+    assert {m["Body"]: m["Attributes"]["SenderId"] for m in dead} == senders
 
 
 def test_emulator_failed_transactions_never_undo_concurrent_writes(moto_server: str) -> None:

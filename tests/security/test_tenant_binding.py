@@ -121,33 +121,34 @@ def git_worker(stack: Stack, git: GitWorkspaces, tmp_path: Path) -> BatchWorker:
     )
 
 
-def test_worker_rejects_a_message_naming_another_tenant_and_applies_nothing(
+def test_worker_refuses_a_message_naming_another_tenant_without_halting_the_owner(
     stack: Stack, register_git_workspace: Any, sqs_fifo_record: Any, lambda_context: Any, tmp_path: Path
 ) -> None:
-    # Given acme's registered workspace, and a message sent straight to the queue that names mallory
+    # Given acme's registered workspace (no direct producers bound), and a message sent straight to the queue that
+    # names mallory
     git = register_git_workspace(stack, "acme-repo", {"README.md": b"acme\n"}, tenant_id="acme")
     message = job_message(make_job("planted", "acme-repo"), "mallory")
     record = sqs_fifo_record("ws#acme-repo", message.model_dump(mode="json", by_alias=True), tenant_id="mallory")
 
     response = git_worker(stack, git, tmp_path).handle({"Records": [record]}, lambda_context())
 
-    # Then it is REJECTED with a reason naming both, nothing reached the branch, and the record is the owner's,
-    # kept under the message's id: the jobId it names stays free for acme
+    # Then it is refused with a reason naming both and recorded under the message's id for the operator alone (no
+    # record of acme's): nothing reached the branch, acme's workspace runs on, and the jobId stays free for acme
     assert response == {"batchItemFailures": []}
     job = stack.item(f"msg#{record['messageId']}")
     assert job["status"] == JobStatus.REJECTED
     assert job["error"] == (
-        "message names tenant mallory but workspace acme-repo belongs to another tenant; nothing was applied"
+        "message names tenant mallory but workspace acme-repo belongs to another tenant: refused, nothing was applied"
     )
-    assert job["tenantId"] == "acme"
+    assert (job["namedTenantId"], "tenantId" in job, "workspaceId" in job) == ("mallory", False, False)
     assert git.branch("acme-repo") == []
-    assert stack.workspace("acme-repo")["state"] == "HALTED"
+    assert stack.workspace("acme-repo")["state"] == "ACTIVE"
     assert stack.job("planted") is None
     (own,) = enqueue(stack, make_job("planted", "acme-repo"), tenant_id="acme")
     assert own.created
 
 
-def test_a_bad_message_naming_another_tenant_takes_no_jobid_of_the_owner(
+def test_a_bad_message_naming_another_tenant_takes_no_jobid_of_the_owner_and_halts_nothing(
     stack: Stack, register_git_workspace: Any, sqs_fifo_record: Any, lambda_context: Any, tmp_path: Path
 ) -> None:
     # Given acme's workspace, and a body that is no job, naming acme's next jobId, whose attribute names mallory
@@ -156,13 +157,31 @@ def test_a_bad_message_naming_another_tenant_takes_no_jobid_of_the_owner(
 
     response = git_worker(stack, git, tmp_path).handle({"Records": [record]}, lambda_context())
 
-    # Then it is REJECTED for the owner to see, under its message id; neither tenant's acme-next is taken
+    # Then it is refused under its message id; neither tenant's acme-next is taken, acme's workspace runs on
     assert response == {"batchItemFailures": []}
-    rejected = stack.item(f"msg#{record['messageId']}")
-    assert (rejected["status"], rejected["tenantId"]) == (JobStatus.REJECTED, "acme")
+    refused = stack.item(f"msg#{record['messageId']}")
+    assert (refused["status"], refused["namedTenantId"]) == (JobStatus.REJECTED, "mallory")
+    assert "belongs to another tenant" in refused["error"]
+    assert stack.workspace("acme-repo")["state"] == "ACTIVE"
     assert stack.job("acme-next") is None
     (own,) = enqueue(stack, make_job("acme-next", "acme-repo"), tenant_id="acme")
     assert own.created
+
+
+def test_the_owners_own_broken_message_still_halts_its_workspace(
+    stack: Stack, register_git_workspace: Any, sqs_fifo_record: Any, lambda_context: Any, tmp_path: Path
+) -> None:
+    # Given acme's workspace, and a body that is no job, naming acme, from a sender acme may use (none bound)
+    git = register_git_workspace(stack, "acme-repo", {"README.md": b"acme\n"}, tenant_id="acme")
+    record = sqs_fifo_record("ws#acme-repo", {"jobId": "acme-bad", "not": "a job"}, tenant_id="acme")
+
+    response = git_worker(stack, git, tmp_path).handle({"Records": [record]}, lambda_context())
+
+    # Then it is acme's broken job: REJECTED under its jobId, and acme's workspace halted for acme to decide
+    assert response == {"batchItemFailures": []}
+    assert stack.job("acme-bad", "acme")["status"] == JobStatus.REJECTED
+    workspace = stack.workspace("acme-repo")
+    assert (workspace["state"], workspace["haltingJobId"]) == ("HALTED", "acme-bad")
 
 
 def test_worker_gives_a_message_without_a_tenant_the_owners(

@@ -30,7 +30,7 @@ from tests.system.test_resume import TENANT, call, wait_until
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 OTHER_TENANT = "acme"
-MINE = ["ws-node", "ws-boto", "ws-layer", "ws-nohash", "ws-wrong", "ws-v2", "ws-big", "ws-halt"]
+MINE = ["ws-node", "ws-boto", "ws-layer", "ws-nohash", "ws-wrong", "ws-v2", "ws-big", "ws-halt", "ws-bound"]
 
 
 def patch_of(job_id: str) -> dict[str, str]:
@@ -274,12 +274,12 @@ def test_each_kind_of_direct_message_ends_as_documented_on_its_first_delivery(di
     assert big_record["bodySha256"] == hashlib.sha256(poison.encode()).hexdigest()
     assert len(big_record["body"].encode()) <= 300_000
     assert direct.workspace("ws-big")["state"] == "HALTED"
-    # another tenant's workspace: REJECTED under the message's id (the jobId stays acme's), acme's workspace halted
+    # another tenant's workspace: refused under the message's id (the jobId stays acme's), acme's workspace running on
     planted = direct.item(f"msg#{foreign}")
     assert planted["status"] == "REJECTED"
     assert "belongs to another tenant" in planted["error"]
     assert direct.item(f"job#{OTHER_TENANT}#planted-1") is None
-    assert direct.item("ws#ws-acme")["state"] == "HALTED"
+    assert direct.item("ws#ws-acme")["state"] == "ACTIVE"
     # a group that names no workspace: REJECTED under its message id, nothing halted, nothing applied
     lost = direct.item(f"msg#{unrouted}")
     assert (lost["status"], lost["groupId"], "workspaceId" in lost) == ("REJECTED", "ws#", False)
@@ -324,3 +324,30 @@ def test_a_halted_workspace_parks_later_direct_jobs_and_a_resume_drains_them_in_
     assert direct.branch("ws-halt") == later
     assert direct.job("h-00")["status"] == "SKIPPED"
     assert all("PARKED" in [e["status"] for e in direct.job(j)["history"]] for j in later)
+
+
+# ---- 4. a workspace bound to the API alone: the local API's jobs run, a direct producer's are refused ---------------
+
+
+def test_a_workspace_bound_to_the_api_alone_runs_its_jobs_and_refuses_direct_ones(direct: Direct) -> None:
+    # Given ws-bound registered again with no direct producer bound (the API's messages alone)
+    status, registered = call("GET", f"{direct.api}/workspaces/ws-bound")
+    assert status == 200, registered
+    fields = ("remoteUrl", "branch", "baseBranch", "testCommands", "githubRepository", "githubApiUrl")
+    body = {name: registered[name] for name in fields if registered.get(name) is not None}
+    status, answer = call("PUT", f"{direct.api}/workspaces/ws-bound", {**body, "directProducers": []})
+    assert (status, answer["directProducers"]) == (200, []), answer
+
+    # When a direct producer sends a job for it, then the tenant submits one through the local API
+    refused = direct.send(json.dumps(job_document("bound-direct", "ws-bound")), "ws#ws-bound", "bound-direct")
+    job = {name: value for name, value in job_document("bound-api", "ws-bound").items() if name != "tenantId"}
+    status, answer = call("POST", f"{direct.api}/jobs", job)
+    assert status == 202, answer
+
+    # Then the API's job runs (the worker knows the local API's SenderId), the direct one is refused, nothing halted
+    direct.wait_for("the API's job succeeded", lambda: direct.job("bound-api").get("status") == "SUCCEEDED")
+    assert direct.item(f"msg#{refused}")["status"] == "REJECTED"
+    assert "is not one of the direct producers bound to workspace ws-bound" in direct.item(f"msg#{refused}")["error"]
+    assert direct.item(f"job#{TENANT}#bound-direct") is None
+    assert direct.workspace("ws-bound")["state"] == "ACTIVE"
+    assert direct.branch("ws-bound") == ["bound-api"]

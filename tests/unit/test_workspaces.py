@@ -64,6 +64,7 @@ def test_registration_with_every_field_round_trips_by_alias() -> None:
         tokenParameter="secretsmanager:arn:aws:secretsmanager:us-east-1:123456789012:secret:gh-token-AbCdEf",
         githubRepository="acme/repo-alpha",
         githubApiUrl="https://github.example.com/api/v3",
+        directProducers=["AROAEXAMPLEPRODUCER01:session", "AIDAEXAMPLEPRODUCER01"],
     )
 
     parsed = WorkspaceRegistration.model_validate(body)

@@ -11,6 +11,7 @@ from urllib.parse import SplitResult, urlsplit
 from pydantic import AfterValidator, Field, ValidationError, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
+from agent_jobs.direct_producers import SENDER_ID_FORMS, DirectProducers
 from agent_jobs.models import ID_PATTERN, CamelModel
 
 GITHUB_API_URL = "https://api.github.com"
@@ -131,6 +132,16 @@ class WorkspaceRegistration(CamelModel):
         Annotated[str, Field(min_length=3, max_length=200, pattern=r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")] | None
     ) = None
     github_api_url: Annotated[str, Field(min_length=1, max_length=2048), AfterValidator(_check_api_url)] | None = None
+    # The SQS senders (SenderId) whose direct messages are the owner's jobs (`agent_jobs.direct_producers`). None binds
+    # none (any sender allowed to SendMessage acts as the owner); an empty list admits the enqueue API's messages alone.
+    direct_producers: Annotated[
+        DirectProducers | None,
+        Field(
+            description="The SQS senders (SenderId) whose messages sent straight to the queue are this workspace's "
+            f"jobs: each {SENDER_ID_FORMS}. Leave it out to bind none (any sender allowed to send to the queue acts "
+            "as the owner); an empty list admits jobs submitted through the API alone."
+        ),
+    ] = None
 
     @model_validator(mode="after")
     def _base_differs_from_branch(self) -> WorkspaceRegistration:

@@ -103,6 +103,11 @@ class Settings(BaseSettings):
     # `concurrencyShare` overrides it): a record of a tenant at its share is deferred, its group waiting in order,
     # while other tenants' records run. 0: no share.
     tenant_share: Annotated[int, Field(ge=0, le=1000)] = 0
+    # The SenderId of the enqueue API's own messages: its role's unique id (template.yaml's
+    # `!GetAtt EnqueueApiFunctionRole.RoleId`; a Lambda function's messages carry `<role id>:<function name>`). The
+    # worker runs them on a workspace whose owner bound its direct producers (`agent_jobs.direct_producers`); unset,
+    # such a workspace runs the messages of its bound senders alone.
+    api_sender_id: Annotated[str, Field(max_length=128)] | None = None
     # The function that runs a workspace's test command (template.yaml's TestSandboxFunction): run_tests never runs
     # tests inside the worker, so without it run_tests jobs of git workspaces end DEAD saying to set it.
     test_sandbox_function: str | None = None

@@ -33,6 +33,8 @@ _OPTIONAL_ATTRIBUTES = {
     "tokenParameter": "token_parameter",
     "githubRepository": "github_repository",
     "githubApiUrl": "github_api_url",
+    # A list, stored even when empty: an empty binding admits the enqueue API's messages alone.
+    "directProducers": "direct_producers",
 }
 
 

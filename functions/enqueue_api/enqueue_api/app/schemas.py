@@ -100,6 +100,13 @@ class JobTimelineView(_View):
     next_token: str | None = Field(description="Pass as nextToken for the next page; null on the last page.")
 
 
+DIRECT_PRODUCERS = (
+    "The SQS senders (SenderId: AIDA... users, AROA... roles, AROA...:<session> sessions) whose messages sent straight "
+    "to the queue are this workspace's jobs; null binds none (any sender allowed to send to the queue acts as the "
+    "owner), an empty list admits jobs submitted through this API alone."
+)
+
+
 class WorkspaceView(_View):
     workspace_id: str
     tenant_id: str
@@ -110,6 +117,7 @@ class WorkspaceView(_View):
     token_parameter: str | None
     github_repository: str | None
     github_api_url: str | None
+    direct_producers: list[str] | None = Field(description=DIRECT_PRODUCERS)
     registered_at: int
 
 
@@ -135,6 +143,7 @@ class WorkspaceStatusView(_View):
     token_parameter: str | None
     github_repository: str | None
     github_api_url: str | None
+    direct_producers: list[str] | None = Field(description=DIRECT_PRODUCERS)
     registered_at: int | None
     state: str = Field(description="ACTIVE, HALTED or RESUMING.")
     halting_job_id: str | None

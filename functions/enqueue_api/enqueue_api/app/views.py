@@ -36,6 +36,7 @@ PUBLIC_WORKSPACE_FIELDS: Final = (
     "tokenParameter",
     "githubRepository",
     "githubApiUrl",
+    "directProducers",
     "registeredAt",
 )
 PUBLIC_WORKSPACE_STATE_FIELDS: Final = ("state", "haltingJobId", "haltReason", "lastAppliedJobId", "lastResume")

@@ -107,6 +107,16 @@ class RegisteredWorkspaceStore:
         except PermanentJobError:
             return None  # not registered
 
+    def direct_producers(self, workspace_id: str) -> list[str] | None:
+        """The senders the owner bound to `workspace_id` (cached with its registration, so a changed binding is seen
+        within REGISTRATION_CACHE_SECONDS); None when it bound none or nobody registered the workspace."""
+        if not re.fullmatch(ID_PATTERN, workspace_id):
+            return None
+        try:
+            return self.registration(workspace_id).registration.direct_producers
+        except PermanentJobError:
+            return None  # not registered
+
     def job_context(self, workspace_id: str, context: JobContext) -> JobContext:
         """`context` with the workspace's registration, its token (read on demand) and the owner's host check; an
         unregistered workspace raises PermanentJobError: its job ends DEAD saying to register it."""

@@ -55,9 +55,10 @@ class WorkspaceStore(Protocol):
 
 
 class JobWorkspaceStore(WorkspaceStore, Protocol):
-    """What the worker needs of a workspace store: the workspace a job runs on, the tenant a workspace belongs to, and
-    what a job may use of the workspace's registration. The deployed store is `job_worker.jobs.registered`'s; a store
-    without registrations (folder workspaces) answers that no workspace has an owner and adds nothing to a job."""
+    """What the worker needs of a workspace store: the workspace a job runs on, the tenant a workspace belongs to and
+    the direct producers it bound, and what a job may use of the workspace's registration. The deployed store is
+    `job_worker.jobs.registered`'s; a store without registrations (folder workspaces) answers that no workspace has an
+    owner or a binding and adds nothing to a job."""
 
     # True: a workspace and its records belong to the tenant that registered it, whatever a sender names (a record
     # that cannot be parsed is recorded as the owner's). False: the store has no registrations, a message's tenant
@@ -66,6 +67,11 @@ class JobWorkspaceStore(WorkspaceStore, Protocol):
 
     def owner(self, workspace_id: str) -> str | None:
         """The tenant that registered `workspace_id`; None when nobody did (or the store has no registrations)."""
+        ...
+
+    def direct_producers(self, workspace_id: str) -> list[str] | None:
+        """The SQS senders the owner bound to `workspace_id` (`agent_jobs.direct_producers`); None when it bound none
+        (or nobody registered the workspace, or the store has no registrations)."""
         ...
 
     def job_context(self, workspace_id: str, context: JobContext) -> JobContext:

@@ -1,5 +1,7 @@
 """Record parsing: a queue record's body as a JobMessage bound to its workspace's owner, a large payload's pointer
-resolved, a drain marker recognised; a record that cannot be run is REJECTED (its workspace halted) and acknowledged."""
+resolved, a drain marker recognised. A record that is not the owner's (a sender the owner did not bind, another tenant
+named) is refused, halting nothing; one of the owner's that cannot be run is REJECTED (its workspace halted); both are
+acknowledged."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import ValidationError
 
+from agent_jobs.direct_producers import other_tenant_reason, sender_admitted, unbound_sender_reason
 from agent_jobs.keys import workspace_group_id, workspace_id_from_group
 from agent_jobs.models import (
     DRAIN_MESSAGE_TYPE,
@@ -19,7 +22,7 @@ from agent_jobs.models import (
 )
 from agent_jobs.payloads import resolve_payload, storable_body
 from job_worker.worker.redelivery import Redelivery, RetryLaterError
-from job_worker.worker.telemetry import job_id_if_any, job_type_if_any
+from job_worker.worker.telemetry import job_id_if_any, job_type_if_any, tenant_if_any
 
 
 def parse_job_message(body: str, group: str) -> JobMessage:
@@ -38,7 +41,7 @@ def parse_job_message(body: str, group: str) -> JobMessage:
 
 
 class RecordParsing(Redelivery):
-    """A record's job message, or None when the record was rejected (and acknowledged)."""
+    """A record's job message, or None when the record was rejected or refused (and acknowledged)."""
 
     def _parse_or_reject(self, record: SQSRecord, *, resolve_payload_ref: bool = True) -> JobMessage | None:
         group = record.attributes.message_group_id or ""
@@ -46,20 +49,29 @@ class RecordParsing(Redelivery):
         if group_workspace is None:
             self._reject_without_workspace(record, group)
             return None
+        # The registration is cached and its owner never changes: this costs no read on the happy path.
+        owner = self.workspaces.owner(group_workspace) if self.workspaces.binds_tenants else None
+        if owner is not None and not self._sent_for_the_owner(record, group_workspace):
+            named = tenants_named(record)
+            reason = unbound_sender_reason(sender_id_of(record), group_workspace)
+            self._refuse(record, reason, named[0] if named else None)
+            return None
         try:
             message = parse_job_message(record.body, group)
         except Exception as error:  # anything that cannot be parsed is rejected, never retried until dead-lettered
             reason = describe_invalid(error)
             job_id = job_id_if_any(record.body)
-            attributes = record.message_attributes
-            # SQSMessageAttributes.get returns the raw dict; indexing gives the typed attribute
-            named = attributes["tenantId"] if "tenantId" in attributes else None  # noqa: SIM401
-            tenant = named.string_value if named else None
+            named = tenants_named(record)
+            tenant = named[0] if named else None
             if self.workspaces.binds_tenants:
-                # The attribute is the sender's word: the record is the owner's, and it takes the message's jobId
-                # only when the sender named the owner, so that no sender can take a jobId of the owner's.
-                owner = self.workspaces.owner(group_workspace)
-                job_id, tenant = (job_id if tenant == owner else None), owner
+                other = next((name for name in named if name != owner), None)
+                if owner is not None and other is not None:
+                    # Not the owner's broken job: it is refused, and never halts the owner's workspace.
+                    self._refuse(record, f"{other_tenant_reason(other, group_workspace)} ({reason})", other)
+                    return None
+                # The record is the owner's, and it takes the message's jobId only when the sender named the owner,
+                # so that no sender can take a jobId of the owner's.
+                job_id, tenant = (job_id if named == [owner] else None), owner
             rejected = self.services.guard.reject(
                 message_id=record.message_id,
                 job_id=job_id,
@@ -81,12 +93,47 @@ class RecordParsing(Redelivery):
             if rejected:  # False: this message was rejected (and its workspace halted) before
                 self._count_halt()
             return None
-        bound = self._bind_tenant(record, message)
+        bound = self._bind_tenant(record, message, owner)
         if bound is None:
             return None
         if resolve_payload_ref:  # parking needs only the pointer; running needs the payload
             bound = self._resolve_payload(bound, lambda: self._backoff_seconds(record))
         return bound
+
+    def _sent_for_the_owner(self, record: SQSRecord, workspace_id: str) -> bool:
+        """The record's sender may send the owner's jobs (`agent_jobs.direct_producers.sender_admitted`): the stack's
+        enqueue API, a sender the owner bound, or anyone allowed to send when the owner bound none. Decided by the
+        SenderId SQS stamped on the message, never by anything the sender wrote in it."""
+        return sender_admitted(
+            sender_id_of(record),
+            self.workspaces.direct_producers(workspace_id),
+            api_sender_id=self.services.settings.api_sender_id,
+        )
+
+    def _refuse(self, record: SQSRecord, reason: str, named_tenant: str | None) -> None:
+        """A record that is not its workspace owner's: recorded for the operator under `msg#<messageId>`
+        (`JobGuard.refuse`), logged, counted (MessagesRefused) and acknowledged. It halts nothing and takes no jobId,
+        so a sender cannot stop the owner's workspace or take the owner's jobIds."""
+        sender = sender_id_of(record)
+        recorded = self.services.guard.refuse(
+            message_id=record.message_id,
+            group_id=record.attributes.message_group_id or "",
+            reason=reason,
+            body=record.body,
+            sender_id=sender,
+            named_tenant=named_tenant,
+        )
+        self.logger.warning(
+            "message refused: not its workspace owner's; nothing halted",
+            extra={
+                "reason": reason,
+                "workspaceId": workspace_id_from_group(record.attributes.message_group_id),
+                "messageId": record.message_id,
+                "senderId": sender,
+            },
+        )
+        if recorded:  # False: this message was refused before
+            self._count_refused()
 
     def _reject_without_workspace(self, record: SQSRecord, group: str) -> None:
         """A record whose group names no workspace (empty, `ws#` alone, another scheme): nothing can run it and there
@@ -111,37 +158,31 @@ class RecordParsing(Redelivery):
         self._count("JobsRejected", job_type_if_any(record))
         self._count("MessagesWithoutWorkspace")
 
-    def _bind_tenant(self, record: SQSRecord, message: JobMessage) -> JobMessage | None:
-        """The message with its job's tenant: the workspace owner's. A message naming another tenant is REJECTED (its
-        workspace halted for the owner to see; nothing applied) and None returned; one naming none takes the owner's.
+    def _bind_tenant(self, record: SQSRecord, message: JobMessage, owner: str | None) -> JobMessage | None:
+        """The message with its job's tenant: the workspace owner's (`owner`). A message naming another tenant (in its
+        body or its tenantId attribute) is not the owner's: it is refused (recorded for the operator, nothing halted,
+        no jobId taken) and None returned; one naming none takes the owner's.
 
-        The registration is cached per execution environment and its owner never changes, so this costs no read on
-        the happy path. A workspace nobody registered keeps the message's tenant: its job ends DEAD saying to register
-        the workspace (`_job_context`); without a tenant either, the message is REJECTED with that advice. A store
-        without registrations (folder workspaces) names no owner: there the message's tenant stands.
+        A workspace nobody registered keeps the message's tenant: its job ends DEAD saying to register the workspace
+        (`_job_context`); without a tenant either, the message is REJECTED with that advice. A store without
+        registrations (folder workspaces) names no owner: there the message's tenant stands.
         """
-        owner = self.workspaces.owner(message.workspace_id)
-        if owner is not None and message.tenant_id not in (None, owner):
-            reason = (
-                f"message names tenant {message.tenant_id} but workspace {message.workspace_id} belongs to another "
-                "tenant; nothing was applied"
-            )
-        elif owner is None and message.tenant_id is None:
-            reason = (
-                f"message names no tenant and workspace {message.workspace_id} is not registered: register it with "
-                f"PUT /workspaces/{message.workspace_id}, then resume the workspace"
-            )
-        else:
+        other = next((name for name in tenants_named(record) if name != owner), None)
+        if owner is not None and other is not None:
+            self._refuse(record, other_tenant_reason(other, message.workspace_id), other)
+            return None
+        if owner is not None or message.tenant_id is not None:
             tenant = owner or message.tenant_id
             return message if tenant == message.tenant_id else message.model_copy(update={"tenant_id": tenant})
-        # The owner sees this record on its halted workspace: it names the message's claim, never more of the sender.
-        # A message naming another tenant is recorded under its message id, never under the jobId it names: a
-        # sender must not take a jobId of the owner's (the owner's own job of that jobId would be refused forever).
+        reason = (
+            f"message names no tenant and workspace {message.workspace_id} is not registered: register it with "
+            f"PUT /workspaces/{message.workspace_id}, then resume the workspace"
+        )
         rejected = self.services.guard.reject(
             message_id=record.message_id,
-            job_id=message.job_id if message.tenant_id == owner else None,
+            job_id=message.job_id,
             workspace_id=message.workspace_id,
-            tenant_id=owner,
+            tenant_id=None,
             reason=reason,
             body=record.body,
         )
@@ -186,6 +227,22 @@ class RecordParsing(Redelivery):
             self.logger.error("drain marker in another workspace's group: acknowledged")
             return None
         return marker
+
+
+def sender_id_of(record: SQSRecord) -> str | None:
+    """The SenderId SQS stamped on the record (the principal that sent it); None when the event carries none."""
+    sender = record.attributes.get("SenderId")
+    return str(sender) if sender else None
+
+
+def tenants_named(record: SQSRecord) -> list[str]:
+    """The tenants a record names, in its `tenantId` attribute and in its body (the sender's word, both): one other
+    than the workspace owner's makes the record not the owner's."""
+    attributes = record.message_attributes
+    # SQSMessageAttributes.get returns the raw dict; indexing gives the typed attribute
+    attribute = attributes["tenantId"] if "tenantId" in attributes else None  # noqa: SIM401
+    named = [attribute.string_value if attribute else None, tenant_if_any(record.body)]
+    return list(dict.fromkeys(str(tenant) for tenant in named if tenant))
 
 
 def is_drain_marker(record: SQSRecord) -> bool:

@@ -30,6 +30,9 @@ UNKNOWN_JOB_TYPE = "unknown"
 # One per halt the worker causes (DEAD, REJECTED, parked or halted on a last delivery). Its only dimension is
 # Powertools' `service`: template.yaml's WorkspacesHaltedAlarm names exactly that, so keep both sides in step.
 WORKSPACES_HALTED = "WorkspacesHalted"
+# One per message refused as not its workspace owner's (`worker.records`): recorded for the operator, nothing halted.
+# Its only dimension is `service`, as template.yaml's MessagesRefusedAlarm names it.
+MESSAGES_REFUSED = "MessagesRefused"
 
 
 class Telemetry(WorkerCore):
@@ -93,6 +96,10 @@ class Telemetry(WorkerCore):
     def _count_halt(self) -> None:
         """This worker's action halted a workspace. Only the `service` dimension, which the alarm names exactly."""
         self._emit(WORKSPACES_HALTED, MetricUnit.Count, 1, dimensions={})
+
+    def _count_refused(self) -> None:
+        """A message was refused as not its workspace owner's. Only the `service` dimension, which the alarm names."""
+        self._emit(MESSAGES_REFUSED, MetricUnit.Count, 1, dimensions={})
 
     def _emit(
         self,
@@ -174,6 +181,15 @@ def failure_cause(error: BaseException) -> str:
     if isinstance(error, BotoCoreError):  # no answer at all: connection refused, timed out, closed
         return "Unavailable"
     return "Other"
+
+
+def tenant_if_any(body: str) -> str | None:
+    """The tenant a body names when it is a JSON object with a string `tenantId` (the body need not be a valid job)."""
+    try:
+        tenant_id = json.loads(body).get("tenantId")
+    except Exception:  # not JSON, not an object, or nested too deep (RecursionError)
+        return None
+    return tenant_id[:128] if isinstance(tenant_id, str) and tenant_id else None
 
 
 def job_id_if_any(body: str) -> str | None:

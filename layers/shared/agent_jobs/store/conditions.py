@@ -22,6 +22,9 @@ PENDING_INDEX = "pendingByWorkspace"
 RUNNING_INDEX = "runningByTenant"
 # What ends a queue claim's entry in RUNNING_INDEX: every write that settles or releases the job removes them.
 RUNNING_ATTRIBUTES = "runningTenant, runningInvocation"
+# Sparse: the records of messages the worker refused without halting a workspace (another sender's or tenant's, a group
+# of no workspace), under `msg#<messageId>`: `refusedDay` (UTC, YYYY-MM-DD) HASH, `acceptedAt` RANGE.
+REFUSED_INDEX = "refusedByDay"
 # The table's GSI of job records by workspace, in acceptance order (template.yaml: workspaceId HASH, acceptedAt RANGE).
 WORKSPACE_INDEX = "byWorkspace"
 # Pending jobs ahead of a job that a claim reads at most, and names at most in a halt reason.

@@ -1,13 +1,19 @@
-"""Rejections: a message that is no valid job is recorded, and its workspace halts."""
+"""Rejections: a message that is no valid job is recorded, and its workspace halts; a message that is not its
+workspace owner's (or of no workspace) is recorded for the operator and refused, nothing halted."""
 
 from __future__ import annotations
 
-from typing import Any
+import time
+from typing import Any, Final
 
 from agent_jobs.keys import job_key
 from agent_jobs.models import JobStatus
-from agent_jobs.store.codec import BODY_SET, Item, body_values, stored_error, wire
+from agent_jobs.store.codec import BODY_SET, Item, body_values, stored_body, stored_error, to_item, wire
+from agent_jobs.store.conditions import REFUSED_INDEX
 from agent_jobs.store.halts import HaltStore
+
+# The most of a refused message's body its record keeps (the whole body's size and sha256 are kept too).
+REFUSED_BODY_CHARS: Final = 4096
 
 
 class RejectStore(HaltStore):
@@ -91,8 +97,62 @@ class RejectStore(HaltStore):
     def reject_unrouted(self, *, message_id: str, group_id: str | None, reason: str, body: str) -> None:
         """REJECTED under `msg#<messageId>` for a message whose group names no workspace (empty, `ws#` alone, another
         scheme): there is no workspace to halt and no owner to show it to, so nothing else is written. The record
-        keeps the group and the body for the operator and expires with the table's TTL like a finished job. A
-        delivery of the same message again writes the same record."""
+        keeps the group and the body for the operator (`agent-jobs refused` lists it) and expires with the table's
+        TTL like a finished job. A delivery of the same message again writes the same record."""
+        self._write_refusal(
+            message_id=message_id,
+            group_id=group_id,
+            reason=reason,
+            stored=body_values(body),
+            # Only a new record or this message's own: never another message's record of the same key.
+            condition="attribute_not_exists(pk) OR messageId = :mid",
+        )
+
+    def refuse(
+        self,
+        *,
+        message_id: str,
+        group_id: str,
+        reason: str,
+        body: str,
+        sender_id: str | None,
+        named_tenant: str | None,
+    ) -> bool:
+        """REJECTED under `msg#<messageId>` for a message that is not its workspace owner's (a sender the owner did not
+        bind, or another tenant named): the owner's workspace is not halted and no jobId is taken, since the record
+        is never under a jobId. It is no record of the owner's either (no tenantId or workspaceId: neither the
+        owner's timeline nor the sender sees it); it keeps the group, the SenderId, the tenant the message named and
+        the head of its body for the operator (`agent-jobs refused` lists it), and expires with the table's TTL.
+
+        Returns False when this message was recorded before (a delivery again) or its record was decided since."""
+        values = body_values(body)
+        # Whatever a refused sender sends costs the stack one small write: the record keeps the head of the body, with
+        # the size and sha256 of the whole.
+        values[":body"] = stored_body(str(values[":body"])[:REFUSED_BODY_CHARS])
+        extra: dict[str, Any] = {}
+        if sender_id:
+            extra["senderId"] = sender_id[:256]
+        if named_tenant:
+            extra["namedTenantId"] = named_tenant[:128]
+        return self._write_refusal(
+            message_id=message_id,
+            group_id=group_id,
+            reason=reason,
+            stored=values,
+            extra=extra,
+            condition="attribute_not_exists(pk) OR (messageId = :mid AND #status = :rejected)",
+        )
+
+    def _write_refusal(
+        self,
+        *,
+        message_id: str,
+        group_id: str | None,
+        reason: str,
+        stored: dict[str, Any],
+        condition: str,
+        extra: dict[str, Any] | None = None,
+    ) -> bool:
         now = self._clock()
         values: dict[str, Any] = {
             ":rejected": str(JobStatus.REJECTED),
@@ -100,21 +160,60 @@ class RejectStore(HaltStore):
             ":gid": (group_id or "")[:128],
             ":reason": stored_error(reason),
             ":now": now,
+            ":day": refused_day(now),
             ":ttl": self._ttl(now),
             ":empty": [],
             ":entry": [{"status": str(JobStatus.REJECTED), "at": now, "reason": reason[:500]}],
-            **body_values(body),
+            **stored,
         }
-        self._client.update_item(
-            TableName=self._table,
-            Key=wire({"pk": f"msg#{message_id}"}),
-            UpdateExpression=(
-                "SET #status = :rejected, messageId = :mid, groupId = :gid, #error = :reason, "
-                "acceptedAt = if_not_exists(acceptedAt, :now), updatedAt = :now, #ttl = :ttl, "
-                f"history = list_append(if_not_exists(history, :empty), :entry), {BODY_SET}"
-            ),
-            # Only a new record or this message's own: never another message's record of the same key.
-            ConditionExpression="attribute_not_exists(pk) OR messageId = :mid",
-            ExpressionAttributeNames={"#status": "status", "#error": "error", "#ttl": "ttl"},
-            ExpressionAttributeValues=wire(values),
+        clauses = [
+            "#status = :rejected",
+            "messageId = :mid",
+            "groupId = :gid",
+            "#error = :reason",
+            "acceptedAt = if_not_exists(acceptedAt, :now)",
+            "refusedDay = if_not_exists(refusedDay, :day)",
+            "updatedAt = :now",
+            "#ttl = :ttl",
+            "history = list_append(if_not_exists(history, :empty), :entry)",
+            BODY_SET,
+        ]
+        for index, (name, value) in enumerate(sorted((extra or {}).items())):
+            values[f":extra{index}"] = value
+            clauses.append(f"{name} = :extra{index}")
+        return self._transact(
+            [
+                self._update(
+                    f"msg#{message_id}",
+                    "SET " + ", ".join(clauses),
+                    values,
+                    condition=condition,
+                    names={"#status": "status", "#error": "error", "#ttl": "ttl"},
+                )
+            ]
         )
+
+    def refused_messages(self, *, since_ms: int, limit: int = 100) -> list[Item]:
+        """The records of refused messages (`refuse`, `reject_unrouted`) accepted since `since_ms`, newest first, at
+        most `limit`: a Query of the sparse index REFUSED_INDEX per day, from today back. Entries of the index, not
+        the records: no bodies."""
+        found: list[Item] = []
+        day_ms = 86_400_000
+        day = self._clock()
+        while len(found) < limit and day >= since_ms - day_ms:
+            pages = self._client.get_paginator("query").paginate(
+                TableName=self._table,
+                IndexName=REFUSED_INDEX,
+                KeyConditionExpression="refusedDay = :day AND acceptedAt >= :since",
+                ExpressionAttributeValues=wire({":day": refused_day(day), ":since": since_ms}),
+                ScanIndexForward=False,
+                PaginationConfig={"MaxItems": limit - len(found), "PageSize": min(100, limit)},
+            )
+            found.extend(to_item(raw) for page in pages for raw in page.get("Items", []))
+            day -= day_ms
+        return found[:limit]
+
+
+def refused_day(epoch_ms: int) -> str:
+    """The REFUSED_INDEX partition of a record written at `epoch_ms`: its UTC day."""
+    return time.strftime("%Y-%m-%d", time.gmtime(epoch_ms // 1000))
