@@ -43,7 +43,8 @@ _WITHHELD_FRAGMENTS: Final = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTI
 
 @dataclass(frozen=True)
 class SandboxedFunction:
-    """What a sandbox needs of a function (read from the template by the caller)."""
+    """What a sandbox needs of a function (read from the template by the caller). `memory_setting` names where its
+    MemorySize comes from (the template parameter it refers to), for the message of a sandbox that ran out of it."""
 
     function_id: str
     function_name: str
@@ -55,6 +56,7 @@ class SandboxedFunction:
     ephemeral_storage_mb: int
     region: str
     environment: Mapping[str, str]
+    memory_setting: str = "MemorySize"
 
 
 def is_withheld_variable(name: str) -> bool:
