@@ -6,9 +6,10 @@ hands the controller to its children, as a subtree delegated to this user or ser
 controller's cgroup v1 hierarchy. The sandboxes' cgroups are created there, inside the runtime's own where it can,
 so whatever accounts for the runtime accounts for its sandboxes too.
 
-Each sandbox gets a cgroup of its own (`SandboxCgroup`) named `agent-jobs-sandbox-<pid>-<start time>-<n>` after the
-runtime that made it, so a cgroup left by a runtime that was killed is recognised by the next one and removed
-(`remove_stale`). Standard library only.
+Each sandbox gets a cgroup of its own (`SandboxCgroup`), named after the runtime that made it:
+`agent-jobs-sandbox-<PID namespace>-<pid>-<start time>-<n>`. So a cgroup left by a runtime that was killed is
+recognised by the next one in the same PID namespace and removed (`remove_stale`); another namespace's runtimes,
+whose pids mean nothing here, are left alone. Standard library only.
 """
 
 from __future__ import annotations
@@ -149,12 +150,19 @@ def _can_create(parent: Path, controller: str, version: int) -> bool:
 
 
 def owner_tag(pid: int | None = None) -> str | None:
-    """`<pid>-<start time>` of a live process (this one by default), None when it is gone: a pid alone could have been
-    reused by another process since."""
+    """`<pid namespace>-<pid>-<start time>` of a live process of this PID namespace (this one by default), None when it
+    is gone: a pid alone could have been reused by another process since."""
     pid = os.getpid() if pid is None else pid
     stat = _read(Path(f"/proc/{pid}/stat"))
     fields = stat.rpartition(")")[2].split()
-    return f"{pid}-{fields[19]}" if len(fields) > 19 else None
+    return f"{_pid_namespace()}-{pid}-{fields[19]}" if len(fields) > 19 else None
+
+
+def _pid_namespace() -> str:
+    """This process's PID namespace, as the number of its /proc/self/ns/pid link (`pid:[4026531836]`)."""
+    with contextlib.suppress(OSError):
+        return "".join(character for character in os.readlink("/proc/self/ns/pid") if character.isdigit())
+    return "0"
 
 
 class SandboxCgroup:
@@ -272,8 +280,10 @@ def remove_stale(places: Iterable[CgroupPlace]) -> list[Path]:
         with contextlib.suppress(OSError):
             for folder in parent.iterdir():
                 if folder.name.startswith(SANDBOX_PREFIX) and folder.is_dir():
-                    pid, start = [*folder.name.removeprefix(SANDBOX_PREFIX).split("-"), "", ""][:2]
-                    if not pid.isdigit() or owner_tag(int(pid)) != f"{pid}-{start}":
+                    namespace, pid, start = [*folder.name.removeprefix(SANDBOX_PREFIX).split("-"), "", "", ""][:3]
+                    if namespace != _pid_namespace() or not pid.isdigit():
+                        continue  # another namespace's runtime: whether it still runs cannot be told from here
+                    if owner_tag(int(pid)) != f"{namespace}-{pid}-{start}":
                         stale.append(folder)
     return [folder for folder in stale if remove_cgroups([folder])]
 

@@ -235,9 +235,11 @@ def test_cgroups_a_killed_runtime_left_are_removed_at_start(shell_dir: Path) -> 
     if bounds.warnings:
         pytest.skip(f"this machine cannot bound sandboxes: {bounds.warnings}")
     parent = bounds.places["pids"].parent
-    # Given a runtime, killed, that left a cgroup with a process still in it, and a live runtime's cgroup
+    # Given a runtime, killed, that left a cgroup with a process still in it, a live runtime's cgroup, and one of a
+    # runtime in another PID namespace (its pid, dead here, may be alive there)
     killed = subprocess.Popen(["sleep", "60"])
     killed_tag = owner_tag(killed.pid)
+    assert killed_tag is not None
     killed.kill()
     killed.wait()
     leftover = parent / f"{SANDBOX_PREFIX}{killed_tag}-0"
@@ -247,20 +249,23 @@ def test_cgroups_a_killed_runtime_left_are_removed_at_start(shell_dir: Path) -> 
     live = subprocess.Popen(["sleep", "60"])
     alive = parent / f"{SANDBOX_PREFIX}{owner_tag(live.pid)}-0"
     alive.mkdir()
+    foreign = parent / f"{SANDBOX_PREFIX}1-{killed.pid}-{killed_tag.split('-')[2]}-0"
+    foreign.mkdir()
     try:
         # When a runtime starts
         endpoint = start_endpoint(shell_dir)
         endpoint.stop()
 
-        # Then the dead runtime's cgroup and its process are gone, the live one's untouched
+        # Then the dead runtime's cgroup and its process are gone, the others untouched
         assert straggler.wait(timeout=10) == -9
         assert not leftover.exists()
         assert alive.exists()
+        assert foreign.exists()
     finally:
         for process in (straggler, live):
             process.kill()
             process.wait()
-        for folder in (leftover, alive):
+        for folder in (leftover, alive, foreign):
             if folder.exists():
                 folder.rmdir()
 
