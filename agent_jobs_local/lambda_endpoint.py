@@ -21,6 +21,12 @@ downloaded here, within its declared size, and handed to the handler inline; the
 
 Without a working bwrap nothing runs unsandboxed: `start()` probes it once and every invocation then fails
 (Unhandled) with a message that says what to install or enable.
+
+`start()` also finds how this machine bounds each sandbox (`sandbox_bounds`: memory at the function's MemorySize,
+1,024 processes and threads, disk: /tmp at EphemeralStorage, nothing else writable), removes the sandbox cgroups a
+killed runtime left behind, and logs a warning per bound the machine cannot hold (`bound_warnings`). A sandbox that
+goes past its memory or process bound is ended, and its invocation is a function error that names the bound and
+the template setting it comes from.
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from agent_jobs_local.sandbox import SandboxedFunction, SandboxPool, SandboxRun, check_bwrap, find_bwrap
+from agent_jobs_local.sandbox_bounds import SandboxBounds
 
 if TYPE_CHECKING:
     from agent_jobs_local.template import References, TemplateModel
@@ -80,6 +87,8 @@ def sandboxed_function(
     """The sandbox settings of `function_id`, all from the template: its environment is only what it declares itself
     (never Globals', which hold the data-plane settings of the other functions)."""
     settings = model.function_settings(function_id)
+    memory = model.function_properties(function_id).get("MemorySize")
+    parameter = memory.get("Ref") if isinstance(memory, dict) else None
     return SandboxedFunction(
         function_id=function_id,
         function_name=model.function_name(function_id),
@@ -91,6 +100,7 @@ def sandboxed_function(
         ephemeral_storage_mb=settings.ephemeral_storage_mb,
         region=model.region,
         environment=model.function_own_environment(function_id, references),
+        memory_setting=parameter if isinstance(parameter, str) else f"the MemorySize of {function_id}",
     )
 
 
@@ -99,9 +109,10 @@ class LocalLambdaEndpoint:
 
     `bwrap`: the bubblewrap binary (default AGENT_JOBS_BWRAP, else `bwrap` on PATH). `function_ids`: default every
     function without Events. `ready_sandboxes`: how many started, unused sandboxes each function keeps ready.
+    `bounds`: how sandboxes are bounded (default: what this machine allows, found at `start()`).
     `start()` checks bwrap and serves in a background thread; `url` is what AWS_ENDPOINT_URL_LAMBDA takes; `stop()`
     shuts it down. `sandbox_error` is None when sandboxes can start, else why
-    not. `invocations` counts the sandboxes started.
+    not; `bound_warnings` lists the bounds this machine cannot hold. `invocations` counts the sandboxes started.
     """
 
     def __init__(
@@ -114,6 +125,7 @@ class LocalLambdaEndpoint:
         bwrap: str | None = None,
         port: int = 0,
         ready_sandboxes: int = 2,
+        bounds: SandboxBounds | None = None,
     ) -> None:
         self.model = model
         ids = list(model.directly_invoked_functions() if function_ids is None else function_ids)
@@ -132,6 +144,8 @@ class LocalLambdaEndpoint:
         self.ready_sandboxes = ready_sandboxes
         self._pools: dict[str, SandboxPool] = {}
         self.sandbox_error: str | None = None
+        self.bounds = bounds
+        self.bound_warnings: list[str] = []
         self._disable_userns = True
         self.invocations = 0
         self._count_lock = threading.Lock()
@@ -155,9 +169,18 @@ class LocalLambdaEndpoint:
                 logger.warning("the local Lambda endpoint cannot sandbox invocations: %s", detail)
             self._disable_userns = detail != "no-disable-userns"
             if works and self.bwrap is not None:
+                bounds = self.bounds = self.bounds or SandboxBounds.detect()
+                bounds.remove_stale()
+                self.bound_warnings = bounds.warnings
+                for warning in self.bound_warnings:
+                    logger.warning("the local Lambda endpoint cannot bound its sandboxes as Lambda does: %s", warning)
                 for function_id, function in self.functions.items():
                     pool = SandboxPool(
-                        self.bwrap, function, size=self.ready_sandboxes, disable_userns=self._disable_userns
+                        self.bwrap,
+                        function,
+                        size=self.ready_sandboxes,
+                        disable_userns=self._disable_userns,
+                        bounds=bounds,
                     )
                     self._pools[function_id] = pool.start()
             self._thread = threading.Thread(
@@ -251,9 +274,13 @@ class LocalLambdaEndpoint:
                 event = _inline_archive(event)
             except ArchiveDownloadError as error:
                 return SandboxRun(None, "Sandbox.ArchiveDownload", str(error))
+            try:
+                sandbox = pool.take()
+            except OSError as error:  # no process, descriptor or cgroup to be had: nothing runs unbounded
+                return SandboxRun(None, "Sandbox.Unavailable", f"a sandbox could not be started: {error}")
             with self._count_lock:
                 self.invocations += 1
-            return pool.take().invoke(event, request_id=str(uuid.uuid4()), tenant_id=tenant_id)
+            return sandbox.invoke(event, request_id=str(uuid.uuid4()), tenant_id=tenant_id)
         finally:
             if slot is not None:
                 slot.release()

@@ -13,6 +13,10 @@ The sandbox's first process is bwrap itself, as its PID 1: when the bootstrap re
 sandbox at the Timeout, or the caller dies (`--die-with-parent`), PID 1 exits and the kernel ends every process left
 in the sandbox, `setsid` daemons included.
 
+Each sandbox is bounded as Lambda bounds the function (`sandbox_bounds`): memory at MemorySize, 1,024 processes and
+threads, nothing writable but /tmp at EphemeralStorage. One that goes past its memory or process bound is ended at
+once and its invocation fails naming the bound (Runtime.OutOfMemory, Sandbox.ProcessLimit); its cgroup goes with it.
+
 Without bwrap nothing runs: the invocation fails with a message that names the package to install. The command
 line, bwrap's checks and the sandbox's environment are in `sandbox_bwrap`; this module runs sandboxes.
 """
@@ -30,6 +34,7 @@ import time
 from dataclasses import dataclass
 from typing import IO, Any, Final
 
+from agent_jobs_local.sandbox_bounds import WATCH_INTERVAL_SECONDS, BoundHit, SandboxBounds, SandboxLimits
 from agent_jobs_local.sandbox_bwrap import (
     BWRAP_ENV,
     INSTALL_HINT,
@@ -99,22 +104,38 @@ def _write_all(stream: IO[bytes], data: bytes) -> None:
 class SandboxProcess:
     """One sandbox, started and initialised (the bootstrap has imported the handler, as in Lambda's Init phase), that
     serves exactly one invocation and is then torn down. Starting it ahead of the invocation takes the sandbox's
-    start-up off the invocation's clock, as Lambda does; it never serves a second invocation or a second tenant."""
+    start-up off the invocation's clock, as Lambda does; it never serves a second invocation or a second tenant.
+    `bounds`: how this machine bounds sandboxes (None: not at all, as for bwrap's own check)."""
 
-    def __init__(self, bwrap: str, function: SandboxedFunction, *, disable_userns: bool = True) -> None:
+    def __init__(
+        self,
+        bwrap: str,
+        function: SandboxedFunction,
+        *,
+        disable_userns: bool = True,
+        bounds: SandboxBounds | None = None,
+    ) -> None:
         self.function = function
         self._used = False
-        self.process = subprocess.Popen(
-            bwrap_command(bwrap, function, disable_userns=disable_userns),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,  # one group: a timeout kills bwrap and anything that could still be outside
-            close_fds=True,
-            # bwrap stays the sandbox's PID 1, and its own environment is readable there (/proc/1/environ): give it
-            # none of this process's (credentials, the functions' settings); --clearenv/--setenv set the sandbox's.
-            env={},
-        )
+        self.limits: SandboxLimits | None = bounds.open(function) if bounds is not None else None
+        command = bwrap_command(bwrap, function, disable_userns=disable_userns)
+        try:
+            self.process = subprocess.Popen(
+                self.limits.command(command) if self.limits is not None else command,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,  # one group: a timeout kills bwrap and anything that could still be outside
+                close_fds=True,
+                # bwrap stays the sandbox's PID 1, and its own environment is readable there (/proc/1/environ): give
+                # it none of this process's (credentials, the functions' settings); --clearenv/--setenv set the
+                # sandbox's.
+                env={},
+            )
+        except BaseException:
+            if self.limits is not None:
+                self.limits.release()
+            raise
         assert self.process.stdout is not None
         assert self.process.stderr is not None
         self._answer = _BoundedReader(self.process.stdout, keep_first=MAX_RESPONSE_BYTES)
@@ -147,25 +168,51 @@ class SandboxProcess:
         )
         started = time.monotonic()
         writer.start()
-        timed_out = False
+        timed_out, hit = False, None
         try:
-            self.process.wait(timeout=function.timeout_seconds + START_ALLOWANCE_SECONDS)
-        except subprocess.TimeoutExpired:
-            timed_out = True
+            timed_out, hit = self._watch(started + function.timeout_seconds + START_ALLOWANCE_SECONDS)
         finally:
             _kill_group(self.process)
+            if hit is None and self.limits is not None:
+                hit = self.limits.exceeded(None)  # went past one in the moment before it exited
+            self._release()
         for thread in (self._answer, self._log, writer):
             thread.join(timeout=_KILL_WAIT_SECONDS)
+        if hit is not None:
+            log_tail = bytes(self._log.data).decode("utf-8", errors="replace")
+            return SandboxRun(None, hit.error_type, hit.message, log_tail, time.monotonic() - started)
         return self._outcome(timed_out, time.monotonic() - started)
+
+    def _watch(self, deadline: float) -> tuple[bool, BoundHit | None]:
+        """Wait for the sandbox to exit, at most until `deadline`, checking its bounds as it runs: (timed out, the
+        bound it went past)."""
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return True, None
+            try:
+                self.process.wait(timeout=min(remaining, WATCH_INTERVAL_SECONDS) if self.limits else remaining)
+                return False, None
+            except subprocess.TimeoutExpired:
+                pass
+            hit = self.limits.exceeded(self.process.pid) if self.limits is not None else None
+            if hit is not None:
+                return False, hit
 
     def discard(self) -> None:
         """End a sandbox that will not be used."""
         self._used = True
         _kill_group(self.process)
+        self._release()
         for stream in (self.process.stdin, self.process.stdout, self.process.stderr):
             if stream is not None:
                 with contextlib.suppress(OSError):
                     stream.close()
+
+    def _release(self) -> None:
+        if self.limits is not None:
+            self.limits.release()
+            self.limits = None
 
     def _outcome(self, timed_out: bool, duration: float) -> SandboxRun:
         function, answer = self.function, self._answer
@@ -197,8 +244,16 @@ class SandboxPool:
     ready. The sandboxes are started on the pool's own thread, which lives until `stop()`: bwrap's
     --die-with-parent follows the thread that started it."""
 
-    def __init__(self, bwrap: str, function: SandboxedFunction, *, size: int = 2, disable_userns: bool = True) -> None:
-        self.bwrap, self.function, self.disable_userns = bwrap, function, disable_userns
+    def __init__(
+        self,
+        bwrap: str,
+        function: SandboxedFunction,
+        *,
+        size: int = 2,
+        disable_userns: bool = True,
+        bounds: SandboxBounds | None = None,
+    ) -> None:
+        self.bwrap, self.function, self.disable_userns, self.bounds = bwrap, function, disable_userns, bounds
         self._ready: queue.Queue[SandboxProcess] = queue.Queue(maxsize=max(1, size))
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._fill, name=f"sandboxes-{function.function_id}", daemon=True)
@@ -208,7 +263,7 @@ class SandboxPool:
         return self
 
     def _start_one(self) -> SandboxProcess:
-        return SandboxProcess(self.bwrap, self.function, disable_userns=self.disable_userns)
+        return SandboxProcess(self.bwrap, self.function, disable_userns=self.disable_userns, bounds=self.bounds)
 
     def _fill(self) -> None:
         while not self._stopping.is_set():
@@ -255,9 +310,10 @@ def run_sandboxed(
     request_id: str,
     tenant_id: str | None,
     disable_userns: bool = True,
+    bounds: SandboxBounds | None = None,
 ) -> SandboxRun:
     """Run one invocation of `function` on `event` in a new sandbox started for it."""
-    sandbox = SandboxProcess(bwrap, function, disable_userns=disable_userns)
+    sandbox = SandboxProcess(bwrap, function, disable_userns=disable_userns, bounds=bounds)
     return sandbox.invoke(event, request_id=request_id, tenant_id=tenant_id)
 
 

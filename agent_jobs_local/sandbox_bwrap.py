@@ -43,7 +43,8 @@ _WITHHELD_FRAGMENTS: Final = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTI
 
 @dataclass(frozen=True)
 class SandboxedFunction:
-    """What a sandbox needs of a function (read from the template by the caller)."""
+    """What a sandbox needs of a function (read from the template by the caller). `memory_setting` names where its
+    MemorySize comes from (the template parameter it refers to), for the message of a sandbox that ran out of it."""
 
     function_id: str
     function_name: str
@@ -55,6 +56,7 @@ class SandboxedFunction:
     ephemeral_storage_mb: int
     region: str
     environment: Mapping[str, str]
+    memory_setting: str = "MemorySize"
 
 
 def is_withheld_variable(name: str) -> bool:
@@ -140,6 +142,9 @@ def bwrap_command(bwrap: str, function: SandboxedFunction, *, disable_userns: bo
     command += ["--chdir", TASK_ROOT, "--clearenv"]
     for name, value in sorted(sandbox_environment(function).items()):
         command += ["--setenv", name, value]
+    # Last, once every mount point exists: nothing outside /tmp can be written, so /tmp's size bounds the disk. The
+    # root is a tmpfs bwrap made without a size, and /dev/shm one of /dev's folders (Lambda has no /dev/shm at all).
+    command += ["--remount-ro", "/dev", "--remount-ro", "/"]
     # Isolated (no PYTHON* variables, no user or working-directory paths), no site (the interpreter's own
     # site-packages are not the handler's), no bytecode written (all of it is read-only).
     command += ["--", str(python), "-I", "-S", "-B", f"{RUNTIME_ROOT}/bootstrap.py", function.handler]

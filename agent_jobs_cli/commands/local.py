@@ -221,6 +221,8 @@ def print_sandbox(console: Console, runtime: Any) -> None:
     )
     if endpoint.sandbox_error is not None:
         console.print(f"[bold red]  no sandbox:[/] {endpoint.sandbox_error}; run_tests jobs fail until it is fixed")
+    for warning in endpoint.bound_warnings:
+        console.print(f"[bold yellow]  unbounded:[/] {warning}")
 
 
 def print_local_tokens(console: Console, api_url: str, tenant: str) -> None:

@@ -6,8 +6,9 @@ scrubbed environment, a fresh folder that is removed afterwards, and every proce
 
 Event: {"v": 1, "jobId", "workspaceId", "tenantId", "commit", "argv": [...], "timeoutSeconds", "outputLimitBytes",
 "archive": {"inline", "sha256"} | {"url", "sha256", "size"}}.
-Response: {"outcome", "exitCode", "durationSeconds", "outputTail", "truncated"} for a run, whatever the tests' outcome;
-{"error", "permanent"} for a request that cannot be run. Standard library only.
+Response: {"outcome", "exitCode", "durationSeconds", "outputTail", "truncated"} for a run, whatever the tests' outcome,
+with "limitReached" (what filled up and what to do) when the tests ended with /tmp full; {"error", "permanent"} for a
+request that cannot be run. Standard library only.
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ EVENT_VERSION = 1
 # Time kept back from the invocation's own deadline: to kill the tests, clean up and answer before Lambda stops us.
 HEADROOM_SECONDS = 5.0
 MAX_OUTPUT_LIMIT_BYTES = 1024 * 1024  # well inside a synchronous invocation's 6 MB response
+# Less free space than this in the work folder's file system when the tests end: they filled it.
+FULL_BELOW_BYTES = 1024 * 1024
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 
 
@@ -73,6 +76,7 @@ def lambda_handler(event: dict[str, Any], context: InvocationContext | None) -> 
             environment={"HOME": str(home), "TMPDIR": str(scratch)},
             output_limit_bytes=request["outputLimitBytes"],
         )
+        full = storage_full(work)  # before the folder goes, with what the tests wrote in it
     except SandboxRequestError as error:
         return _refused(event, error)
     finally:
@@ -88,8 +92,27 @@ def lambda_handler(event: dict[str, Any], context: InvocationContext | None) -> 
         "outputTail": run.output_tail,
         "truncated": run.truncated,
     }
+    if full is not None:
+        response["limitReached"] = full
     _log(event, outcome=run.outcome, exitCode=run.exit_code, durationSeconds=response["durationSeconds"])
     return response
+
+
+def storage_full(folder: Path) -> str | None:
+    """What to say when the file system of `folder` (this function's /tmp) is full: the tests' writes failed there
+    with "No space left on device", and the message names the setting that sizes it. None when there is room."""
+    try:
+        disk = os.statvfs(folder)
+    except OSError:
+        return None
+    if disk.f_bavail * disk.f_frsize >= FULL_BELOW_BYTES:
+        return None
+    size_mb = round(disk.f_blocks * disk.f_frsize / (1024 * 1024))
+    return (
+        f"/tmp was full when the tests ended: they used all {size_mb} MB of the function's ephemeral storage"
+        " (its EphemeralStorage, SandboxEphemeralStorage in template.yaml): make the tests write less to disk, or raise"
+        " SandboxEphemeralStorage"
+    )
 
 
 def _whole_uid() -> bool:

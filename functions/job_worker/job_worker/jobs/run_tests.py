@@ -80,5 +80,7 @@ def run(job: RunTestsJob, context: JobContext) -> dict[str, Any]:
             "outputTail": outcome.output_tail,
             "truncated": outcome.truncated,
         }
+        if outcome.limit_reached is not None:
+            result["limitReached"] = outcome.limit_reached
     workspace.store_test_result(job.job_id, head, result)
     return {**result, "reused": False}

@@ -44,13 +44,15 @@ _OUTCOMES: Final = frozenset({"passed", "failed", "timed_out"})
 
 @dataclass(frozen=True)
 class SandboxRun:
-    """How a test command ended in the sandbox: the fields run_tests stores as the job's result."""
+    """How a test command ended in the sandbox: the fields run_tests stores as the job's result. `limit_reached`:
+    the sandbox's word on a limit the tests filled (its /tmp), None when they filled none."""
 
     outcome: TestOutcome
     exit_code: int | None
     duration_seconds: float
     output_tail: str
     truncated: bool
+    limit_reached: str | None = None
 
 
 def test_timeout_seconds(remaining_ms: int, safety_margin_ms: int, ceiling_seconds: float) -> float:
@@ -208,6 +210,7 @@ class TestSandbox:
                 duration_seconds=float(answer["durationSeconds"]),
                 output_tail=str(answer["outputTail"]),
                 truncated=bool(answer["truncated"]),
+                limit_reached=str(answer["limitReached"]) if answer.get("limitReached") else None,
             )
         except (KeyError, TypeError, ValueError):
             run = None
