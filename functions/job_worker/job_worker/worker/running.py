@@ -151,7 +151,8 @@ class JobRunning(RecordParsing):
             self._count_halt()
             return False
         except Exception as error:
-            self.logger.warning("job failed, will retry", extra={"error": repr(error)})
+            # Unplanned (a bug, a resource gone): the traceback is what finds its cause.
+            self.logger.warning("job failed, will retry", extra={"error": repr(error)}, exc_info=error)
             self._count("JobsFailed", job_type)
             failed = guard.fail(lease, f"{type(error).__name__}: {error}", body=body)
             if failed is FailOutcome.DEAD:
