@@ -107,3 +107,58 @@ def test_a_small_tenants_job_is_not_starved_by_a_noisy_tenants_backlog(tmp_path:
         jobs, ("SUCCEEDED", 1)
     )
     assert stats.crashes == stats.timeouts == stats.handler_errors == 0
+
+
+# The time scales the local runtime's tests run at, down to the smallest (its system tests). Below 0.25 the template's
+# 2 s backoff scales to under a second: the share must still hold there, or those tests test another system.
+SCALES_THE_TESTS_USE = [0.02, 0.1]
+SCALED_SLOW_SECONDS = 1.5  # within the Timeout at the smallest scale (120 s x 0.02, less its time margin)
+
+
+def most_running_at_once(running_log: Path) -> int:
+    """The most slow suites under way at one moment, from their `start` and `end` lines in the order they happened."""
+    running = most = 0
+    for line in running_log.read_text().splitlines():
+        running += 1 if line.startswith("start ") else -1
+        most = max(most, running)
+    return most
+
+
+@pytest.mark.parametrize("time_scale", SCALES_THE_TESTS_USE)
+def test_a_share_of_one_holds_at_the_time_scales_the_tests_use(tmp_path: Path, time_scale: float) -> None:
+    # Given a tenant with a share of one invocation, one record per invocation, and two slow jobs of two workspaces:
+    # the second submitted once the first runs
+    log, running_log = tmp_path / "applied.log", tmp_path / "running.log"
+    workspaces = ["noisy-first", "noisy-second"]
+    with LocalRuntime(
+        workspaces_root=tmp_path / "workspaces",
+        time_scale=time_scale,
+        concurrency=2,
+        worker_bootstrap="tests.local_runtime.bootstrap_helpers:install_slow_tests",
+        bootstrap_config={
+            "applied_log": str(log),
+            "running_log": str(running_log),
+            "slow_prefix": "noisy-",
+            "slow_seconds": SCALED_SLOW_SECONDS,
+        },
+        parameter_overrides={"WorkerTenantShare": 1, "WorkerBatchSize": 1},
+    ) as runtime:
+        token = mint_token(NOISY)
+        register_folder_workspaces(runtime.api_url, token, workspaces)
+        jobs = [
+            {"jobId": f"tests-{workspace}", "workspaceId": workspace, "type": "run_tests", "payload": {"suite": "unit"}}
+            for workspace in workspaces
+        ]
+        submit_in_batches(runtime.api_url, token, jobs[:1])
+        deadline = time.monotonic() + APPLIED_TIMEOUT_SECONDS
+        while not running_log.exists():
+            assert time.monotonic() < deadline, "the first job never started"
+            time.sleep(0.05)
+
+        # When the second job arrives while the first runs, and both settle
+        submit_in_batches(runtime.api_url, token, jobs[1:])
+        wait_applied(log, [str(job["jobId"]) for job in jobs])
+
+    # Then the second waited, deferred, for the first to end: never two of the tenant's jobs at once
+    print(f"\ntime scale {time_scale}: {running_log.read_text().split()}")
+    assert most_running_at_once(running_log) == 1
