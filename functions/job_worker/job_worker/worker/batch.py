@@ -231,10 +231,12 @@ class BatchWorker(LastDeliveryParking):
             self._emit("RecordsOverShare", MetricUnit.Count, 1, dimensions={"TenantId": str(message.tenant_id)})
             return
         self._deferred_groups[group] = str(message.tenant_id)
+        delay = self._deferral_seconds(record)
         self.logger.info(
-            "tenant at its share of the worker: deferred", extra={"inUse": decision.in_use, "share": decision.share}
+            "tenant at its share of the worker: deferred",
+            extra={"inUse": decision.in_use, "share": decision.share, "deferredSeconds": delay},
         )
-        raise ShareDeferral(str(message.tenant_id), decision.in_use, decision.share, self._backoff_seconds(record))
+        raise ShareDeferral(str(message.tenant_id), decision.in_use, decision.share, delay)
 
     def _running_invocation_id(self, message: JobMessage) -> str | None:
         """This invocation's id for a claim of the job, when its tenant has a share (it then counts against it)."""

@@ -67,4 +67,17 @@ class Redelivery(Telemetry):
         settings = self.services.settings
         receives = max(1, int(record.attributes.approximate_receive_count))
         bound = min(settings.backoff_max_seconds, settings.backoff_base_seconds * 2 ** (receives - 1))
-        return round(self.jitter(bound))
+        return self._jittered(bound)
+
+    def _deferral_seconds(self, record: SQSRecord) -> int:
+        """How long a record deferred over its tenant's share is handed back for: a backoff growing faster than a
+        retry's (`Settings.deferral_backoff_bound`), so the few receives a deferral may spend hold it back longer."""
+        receives = max(1, int(record.attributes.approximate_receive_count))
+        return self._jittered(self.services.settings.deferral_backoff_bound(receives))
+
+    def _jittered(self, bound: float) -> int:
+        """Between half of `bound` and `bound`, in whole seconds (SQS visibility), never 0 for a nonzero bound: a
+        record handed back for 0 s is received again at once, spending a receive for nothing."""
+        if bound <= 0:
+            return 0
+        return max(1, round(self.jitter(bound)))
