@@ -2,8 +2,9 @@
 more than its share of the worker's invocations, so another tenant's small job runs about as soon as on an idle
 stack; the backlog still runs, each job once, in order per workspace.
 
-The scenario: 120 run_tests jobs of 10 s (a slow suite) over 120 workspaces of one tenant, with the template's
-MaximumConcurrency (20) and BatchSize (5), enough to hold every invocation; then one small job of another tenant.
+The scenario: 120 run_tests jobs of 20 s (a slow suite) over 120 workspaces of one tenant, with the template's
+MaximumConcurrency (20) and BatchSize (5), enough to hold every invocation; then one small job of another tenant, and
+another late in the backlog, when its last wave has waited 30 s.
 """
 
 from __future__ import annotations
@@ -22,9 +23,14 @@ from agent_jobs_local.runtime import LocalRuntime
 
 NOISY, QUIET = "tenant-noisy", "tenant-quiet"
 NOISY_WORKSPACES = 120
-SLOW_SECONDS = 10.0
+SLOW_SECONDS = 20.0
 SHARE = 10  # the template's WorkerTenantShare: half of its MaximumConcurrency
 APPLIED_TIMEOUT_SECONDS = 300
+BATCH_SIZE = 5  # the template's WorkerBatchSize
+# When, after the first small job under load, a second one measures the delay late in the backlog: past the 15 to 30 s
+# that four deferrals of a retry's backoff (2 s, doubling) would hold a record back for, while the backlog's third wave
+# still waits.
+LATE_PROBE_SECONDS = 25.0
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -65,7 +71,7 @@ def small_job_latency(api_url: str, token: str, log: Path, job_id: str) -> float
 
 
 def test_a_small_tenants_job_is_not_starved_by_a_noisy_tenants_backlog(tmp_path: Path) -> None:
-    log = tmp_path / "applied.log"
+    log, running_log = tmp_path / "applied.log", tmp_path / "running.log"
     noisy_workspaces = [f"noisy-{n:03d}" for n in range(NOISY_WORKSPACES)]
     noisy_jobs: list[dict[str, Any]] = [
         {"jobId": f"tests-{workspace}", "workspaceId": workspace, "type": "run_tests", "payload": {"suite": "unit"}}
@@ -75,7 +81,12 @@ def test_a_small_tenants_job_is_not_starved_by_a_noisy_tenants_backlog(tmp_path:
     with LocalRuntime(
         workspaces_root=tmp_path / "workspaces",
         worker_bootstrap="tests.local_runtime.bootstrap_helpers:install_slow_tests",
-        bootstrap_config={"applied_log": str(log), "slow_prefix": "noisy-", "slow_seconds": SLOW_SECONDS},
+        bootstrap_config={
+            "applied_log": str(log),
+            "running_log": str(running_log),
+            "slow_prefix": "noisy-",
+            "slow_seconds": SLOW_SECONDS,
+        },
         # the scenario's 120 workspaces, submitted at once
         parameter_overrides={"MaxWorkspacesPerTenant": 200, "MaxJobsPerSecondPerTenant": 1000},
     ) as runtime:
@@ -89,6 +100,9 @@ def test_a_small_tenants_job_is_not_starved_by_a_noisy_tenants_backlog(tmp_path:
         submit_in_batches(api, noisy_token, noisy_jobs)
         time.sleep(SLOW_SECONDS / 4)
         loaded = small_job_latency(api, quiet_token, log, "under-load")
+        # and again late in the backlog, once its surplus records were deferred several times
+        time.sleep(LATE_PROBE_SECONDS)
+        late = small_job_latency(api, quiet_token, log, "late-under-load")
         done = wait_applied(log, noisy_ids)
         jobs = {job_id: read_job_of(api, noisy_token, job_id) for job_id in noisy_ids}
         stats = runtime.poller.stats
@@ -97,7 +111,9 @@ def test_a_small_tenants_job_is_not_starved_by_a_noisy_tenants_backlog(tmp_path:
         f"\nfair share: small job {unloaded:.2f} s idle, {loaded:.2f} s under the backlog ({loaded / unloaded:.2f}x);"
         f" the backlog of {NOISY_WORKSPACES} x {SLOW_SECONDS:.0f} s jobs done in"
         f" {max(done[j][0] for j in noisy_ids) - min(done[j][0] for j in noisy_ids):.1f} s after the first;"
-        f" {stats.invocations} invocations, {stats.records_reported_failed} records deferred or retried"
+        f" {stats.invocations} invocations, {stats.records_reported_failed} records deferred or retried;"
+        f" {late:.2f} s late in the backlog; at most {most_running_at_once(running_log)} noisy jobs at once against"
+        f" a share of {SHARE * BATCH_SIZE} ({SHARE} invocations x BatchSize {BATCH_SIZE})"
     )
     # Then the small job ran within twice its idle latency
     assert loaded <= 2 * unloaded, (loaded, unloaded)
