@@ -20,7 +20,8 @@ A noisy tenant (`noisy_jobs` > 0): one tenant's backlog of N jobs over N workspa
 tenant's small job after it. The worker holds MaximumConcurrency x min(BatchSize, GROUP_CONCURRENCY) records at once;
 without a tenant share a backlog that fills them makes the small job wait up to one job of the backlog, and with a
 share S the backlog keeps to S invocations, so the small job waits about its idle latency while the backlog takes at
-least ceil(N / (S x records per invocation)) waves, plus the backoff of its deferred records (see `plan_noisy`).
+least ceil(N / (S x records per invocation)) waves, plus the backoff of its deferred records, and the share holds
+each record back for MaxReceiveCount - MaxAttempts - 3 deferrals at most (see `plan_noisy`).
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ class Deployment:
     memory_mb: int = 512
     architecture: str = "arm64"
     max_attempts: int = 3
+    max_receive_count: int = 10  # MaxReceiveCount: with MaxAttempts, how many times the share may defer a record
     tenant_share: int = 10  # WorkerTenantShare: invocations one tenant's jobs may hold (0: no share)
     group_concurrency: int = 10  # GROUP_CONCURRENCY: records of one batch that run at once
     backoff_base_seconds: float = 2.0  # BACKOFF_BASE_SECONDS: a deferred record's first backoff
@@ -73,6 +75,7 @@ class Deployment:
             memory_mb=worker.function.memory_size_mb,
             architecture=(worker.function.architectures or ("x86_64",))[0],
             max_attempts=int(model.parameters["MaxAttempts"]),
+            max_receive_count=int(model.parameters["MaxReceiveCount"]),
             tenant_share=int(model.parameters.get("WorkerTenantShare", "0")),
             group_concurrency=int(environment("GROUP_CONCURRENCY", 1)),
             backoff_base_seconds=environment("BACKOFF_BASE_SECONDS", cls.backoff_base_seconds),
@@ -161,6 +164,11 @@ class PlanInput:
             found.append("--noisy-job-seconds needs --noisy-jobs N, the noisy tenant's backlog")
         if self.deployment.tenant_share < 0:
             found.append("--tenant-share must be 0 (no share) or a number of invocations")
+        if self.deployment.max_receive_count <= self.deployment.max_attempts:
+            found.append(
+                f"--max-receive-count must be above MaxAttempts ({self.deployment.max_attempts}): the queue's redrive"
+                " is a backstop behind the attempts"
+            )
         if self.deployment.group_concurrency < 1:
             found.append("GROUP_CONCURRENCY must be at least 1")
         if self.pickup_seconds < 0:
@@ -290,6 +298,8 @@ def estimate(inputs: PlanInput) -> Plan:
             pickup_seconds=inputs.pickup_seconds,
             backoff_base_seconds=deployment.backoff_base_seconds,
             backoff_max_seconds=deployment.backoff_max_seconds,
+            max_receive_count=deployment.max_receive_count,
+            max_attempts=deployment.max_attempts,
         )
     return Plan(
         inputs=inputs,
@@ -334,8 +344,12 @@ def _noisy_assumptions(noisy: NoisyTenantPlan | None) -> list[str]:
         f"surplus records in about {DEFERRAL_ROUND_SECONDS:g} s a round, so the small job waits at most one round "
         "more than its pickup",
         "with a share the backlog takes at least ceil(N / (S x records per invocation)) waves of its job duration; "
-        "each deferred record comes back after min(BACKOFF_MAX_SECONDS, BACKOFF_BASE_SECONDS x 2^(receives - 1)) s, "
-        "jittered, which adds to that",
+        "each deferred record comes back after min(BACKOFF_MAX_SECONDS, BACKOFF_BASE_SECONDS x 3^(receives - 1)) s, "
+        "jittered between half that and that, which adds to that",
+        f"the share holds a record back for its {noisy.deferrals} deferrals at most (MaxReceiveCount - MaxAttempts - 3:"
+        " the receives its attempts and a crash do not need), "
+        f"{noisy.share_holds_seconds_at_least:g} to {noisy.share_holds_seconds_at_most:g} s of backoff in all; a "
+        "record still waiting then runs over the share (RecordsOverShare): raise MaxReceiveCount to hold longer",
     ]
 
 

@@ -13,8 +13,13 @@ over N workspaces at once; the small tenant then submits one job, which starts a
   receive the noisy tenant's surplus records defer them (hand them back without running them) in a fraction of a
   second, so the small job waits the pickup plus at most one round of deferrals: about its idle latency. The backlog
   takes at least ceil(N / (S x R)) waves of D: a lower bound, since a deferred record comes back only after its
-  jittered backoff, min(BACKOFF_MAX_SECONDS, BACKOFF_BASE_SECONDS x 2^(receives - 1)), which grows with each deferral
+  jittered backoff, min(BACKOFF_MAX_SECONDS, BACKOFF_BASE_SECONDS x 3^(receives - 1)), which grows with each deferral
   and so starts it later than the moment a slot of the share frees.
+- How long the share holds. A record may be deferred only on the receives its job's attempts and a crash do not need:
+  MaxReceiveCount - MaxAttempts - 3 of them (4 with the template's settings). Their backoffs together hold it back
+  between half their sum and their sum (40 to 80 s with the template's settings); a record of a backlog that has not
+  run by then runs over the share (`RecordsOverShare`), so a backlog needing more than D plus that time to run through
+  the share takes more than its share at its end.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from typing import Any, Final
+
+from agent_jobs.settings import deferrals_allowed, share_hold_seconds
 
 # One round of deferrals: an invocation's query of the tenant's running jobs and the hand-back of its records.
 DEFERRAL_ROUND_SECONDS: Final = 0.1
@@ -47,6 +54,11 @@ class NoisyTenantPlan:
     backlog_seconds_with_share_at_least: float | None  # ceil(N / (S x R)) x D, before the deferrals' backoff
     backoff_base_seconds: float
     backoff_max_seconds: float
+    # How long the share holds a record back (None when it does not apply): its deferrals, and their backoff together
+    deferrals: int | None = None
+    share_holds_seconds_at_least: float | None = None
+    share_holds_seconds_at_most: float | None = None
+    backlog_outlasts_share: bool | None = None  # the backlog's last wave may wait longer than the share holds
 
     @property
     def capacity_records(self) -> int:
@@ -76,6 +88,10 @@ class NoisyTenantPlan:
                 "backlogSecondsAtLeast": self.backlog_seconds_with_share_at_least,
                 "backoffBaseSeconds": self.backoff_base_seconds,
                 "backoffMaxSeconds": self.backoff_max_seconds,
+                "deferrals": self.deferrals,
+                "shareHoldsSecondsAtLeast": self.share_holds_seconds_at_least,
+                "shareHoldsSecondsAtMost": self.share_holds_seconds_at_most,
+                "backlogOutlastsShare": self.backlog_outlasts_share,
             },
         }
 
@@ -91,12 +107,21 @@ def noisy_tenant(
     pickup_seconds: float,
     backoff_base_seconds: float,
     backoff_max_seconds: float,
+    max_receive_count: int,
+    max_attempts: int,
 ) -> NoisyTenantPlan:
     """The small tenant's delay and the noisy tenant's backlog time under the module's model (valid inputs assumed)."""
     per_invocation = min(batch_size, group_concurrency)
     busy = noisy_jobs >= maximum_concurrency * per_invocation
     applies = 0 < tenant_share < maximum_concurrency
     deferred = applies and noisy_jobs > tenant_share * per_invocation
+    at_least, at_most = share_hold_seconds(
+        max_receive_count=max_receive_count,
+        max_attempts=max_attempts,
+        base_seconds=backoff_base_seconds,
+        max_seconds=backoff_max_seconds,
+    )
+    backlog_with_share = _waves(noisy_jobs, tenant_share * per_invocation) * noisy_job_seconds if applies else None
     return NoisyTenantPlan(
         noisy_jobs=noisy_jobs,
         noisy_job_seconds=noisy_job_seconds,
@@ -113,11 +138,20 @@ def noisy_tenant(
         small_job_delay_with_share=round(pickup_seconds + (DEFERRAL_ROUND_SECONDS if deferred else 0.0), 3)
         if applies
         else None,
-        backlog_seconds_with_share_at_least=_waves(noisy_jobs, tenant_share * per_invocation) * noisy_job_seconds
-        if applies
-        else None,
+        backlog_seconds_with_share_at_least=backlog_with_share,
         backoff_base_seconds=backoff_base_seconds,
         backoff_max_seconds=backoff_max_seconds,
+        deferrals=deferrals_allowed(max_receive_count=max_receive_count, max_attempts=max_attempts)
+        if applies
+        else None,
+        share_holds_seconds_at_least=round(at_least, 3) if applies else None,
+        share_holds_seconds_at_most=round(at_most, 3) if applies else None,
+        # The last wave's records wait out every wave before it, deferred all along.
+        backlog_outlasts_share=deferred
+        and backlog_with_share is not None
+        and backlog_with_share - noisy_job_seconds > at_least
+        if applies
+        else None,
     )
 
 

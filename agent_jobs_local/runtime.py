@@ -16,7 +16,8 @@ the worker gets its URL as AWS_ENDPOINT_URL_LAMBDA, and each invocation runs in 
 
 `time_scale` makes time pass faster for a demo or a test, consistently: the worker's Timeout (the invocation deadline
 and the context's remaining time), the jobs queue's VisibilityTimeout (set on the queue, rounded, at least 1 s), and
-the functions' duration settings listed in `SCALED_DURATION_SETTINGS` are all multiplied by it. Nothing else changes.
+the functions' duration settings listed in `SCALED_DURATION_SETTINGS` (rounded, a nonzero one at least 1) are all
+multiplied by it. Nothing else changes.
 """
 
 from __future__ import annotations

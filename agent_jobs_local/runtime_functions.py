@@ -11,19 +11,23 @@ from typing import Any, Final
 from agent_jobs_local.execution_environment import EnvironmentPool, FunctionSpec, lambda_environment
 from agent_jobs_local.template import ProvisionedResources, TemplateModel
 
-# Environment variables that are durations: scaled by time_scale (integers, rounded, never below 0).
+# Environment variables that are durations: scaled by time_scale (whole units, as the settings read them).
 SCALED_DURATION_SETTINGS: Final = ("TIME_SAFETY_MARGIN_MS", "BACKOFF_BASE_SECONDS", "BACKOFF_MAX_SECONDS")
 # How many requests the local HTTP API runs at once when the producer has no ReservedConcurrentExecutions.
 DEFAULT_API_CONCURRENCY: Final = 4
 
 
 def scale_durations(environment: Mapping[str, str], time_scale: float) -> dict[str, str]:
-    """`environment` with the `SCALED_DURATION_SETTINGS` it has multiplied by `time_scale`."""
+    """`environment` with the `SCALED_DURATION_SETTINGS` it has multiplied by `time_scale`, rounded to whole units;
+    a duration that was not zero stays at least one unit. Rounded down to zero, a backoff of 2 s at a time scale below
+    0.25 would make every deferred or retried record visible again at once: its deferrals spent in a moment, its
+    tenant run over its share, its retries run back to back, a system other than the one deployed."""
     scaled = dict(environment)
     if time_scale != 1:
         for name in SCALED_DURATION_SETTINGS:
             if name in scaled:
-                scaled[name] = str(max(0, round(float(scaled[name]) * time_scale)))
+                duration = float(scaled[name])
+                scaled[name] = str(max(1, round(duration * time_scale)) if duration > 0 else 0)
     return scaled
 
 

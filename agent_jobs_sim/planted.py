@@ -167,7 +167,11 @@ def _whole_batch_processor() -> contextlib.AbstractContextManager[None]:
 
 def _no_last_delivery_parking() -> contextlib.AbstractContextManager[None]:
     """(f) A record near its delivery limit is left to the queue's redrive: dead-lettered, nothing halted."""
-    return swapped(LastDeliveryParking, "_park_last_deliveries", lambda self, records, failures: set())
+    return swapped(
+        LastDeliveryParking,
+        "_park_last_deliveries",
+        lambda self, records, failures, failed_runs: (set(), frozenset()),
+    )
 
 
 @contextlib.contextmanager

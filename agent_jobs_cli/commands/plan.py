@@ -52,6 +52,14 @@ def plan(
             help="WorkerTenantShare: invocations one tenant may hold (default: template.yaml's; 0: no share).",
         ),
     ] = None,
+    max_receive_count: Annotated[
+        int | None,
+        typer.Option(
+            "--max-receive-count",
+            help="MaxReceiveCount (default: template.yaml's): with MaxAttempts, how many times the tenant share may "
+            "defer a record, so how long it holds.",
+        ),
+    ] = None,
     pickup_seconds: Annotated[
         float,
         typer.Option("--pickup-seconds", help="A job's latency from submit to start on an idle stack."),
@@ -63,7 +71,11 @@ def plan(
     from agent_jobs_cli.plan import PRICES, Deployment, PlanInput, estimate
 
     deployment = Deployment.from_template(
-        memory_mb=memory_mb, batch_size=batch_size, maximum_concurrency=max_concurrency, tenant_share=tenant_share
+        memory_mb=memory_mb,
+        batch_size=batch_size,
+        maximum_concurrency=max_concurrency,
+        tenant_share=tenant_share,
+        max_receive_count=max_receive_count,
     )
     inputs = PlanInput(
         workspaces=workspaces,
@@ -169,6 +181,16 @@ def _noisy_table(noisy: NoisyTenantPlan) -> Table:
         "noisy backlog's time, with the share",
         f"at least {noisy.backlog_seconds_with_share_at_least:g} s (ceil({noisy.noisy_jobs} / {share_records}) waves "
         f"of {noisy.noisy_job_seconds:g} s), plus the backoff of its deferred records: "
-        f"min({noisy.backoff_max_seconds:g}, {noisy.backoff_base_seconds:g} x 2^(receives - 1)) s each time, jittered",
+        f"min({noisy.backoff_max_seconds:g}, {noisy.backoff_base_seconds:g} x 3^(receives - 1)) s each time, jittered",
+    )
+    outlasted = (
+        "its last wave may wait longer: those records then run over the share"
+        if noisy.backlog_outlasts_share
+        else "the backlog runs through the share within that"
+    )
+    table.add_row(
+        "the share holds",
+        f"{noisy.deferrals} deferrals of a record (MaxReceiveCount - MaxAttempts - 3), "
+        f"{noisy.share_holds_seconds_at_least:g} to {noisy.share_holds_seconds_at_most:g} s of backoff; {outlasted}",
     )
     return table

@@ -123,6 +123,39 @@ def test_plan_command_predicts_a_small_job_under_a_noisy_tenant_with_the_templat
     assert _noisy_plan("--tenant-share", "0")["withShare"] is None
 
 
+def test_plan_command_states_how_long_the_share_holds_and_what_raises_it() -> None:
+    # With the template's MaxReceiveCount 10 and MaxAttempts 3, a record may be deferred 4 times (3 receives stay for
+    # a crash), each backoff three times the one before from 2 s (jittered down to half): 40 to 80 s in all
+    held = _noisy_plan()["withShare"]
+    assert (held["deferrals"], held["shareHoldsSecondsAtLeast"], held["shareHoldsSecondsAtMost"]) == (4, 40, 80)
+    assert held["backlogOutlastsShare"] is False
+
+    # A larger MaxReceiveCount holds longer: two more deferrals, each at most BACKOFF_MAX_SECONDS (300 s)
+    longer = _noisy_plan("--max-receive-count", "12")["withShare"]
+    assert (longer["deferrals"], longer["shareHoldsSecondsAtMost"]) == (6, 80 + 162 + 300)
+
+    # and a backlog whose last wave waits longer than the share holds is named as outlasting it
+    outlasting = CliRunner().invoke(
+        app,
+        [
+            "plan",
+            *("--workspaces", "1", "--rate", "0.01", "--job-seconds", "1"),
+            *("--noisy-jobs", "600", "--noisy-job-seconds", "60", "--json"),
+        ],
+    )
+    assert json.loads(outlasting.output)["noisyTenant"]["withShare"]["backlogOutlastsShare"] is True
+
+
+def test_plan_command_refuses_a_max_receive_count_at_or_below_the_attempts() -> None:
+    result = CliRunner().invoke(
+        app,
+        ["plan", *("--workspaces", "1", "--rate", "1", "--job-seconds", "1", "--max-receive-count", "3")],
+    )
+
+    assert result.exit_code == 1
+    assert "--max-receive-count must be above MaxAttempts (3)" in result.output
+
+
 def test_plan_command_tables_show_the_noisy_tenant() -> None:
     result = CliRunner().invoke(
         app,
@@ -133,6 +166,7 @@ def test_plan_command_tables_show_the_noisy_tenant() -> None:
     assert "under a noisy tenant" in result.output
     assert "with the share" in result.output
     assert "plus the backoff" in result.output
+    assert "the share holds" in result.output
 
 
 def test_plan_command_says_what_to_pass_for_an_unusable_noisy_input() -> None:

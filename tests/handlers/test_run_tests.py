@@ -33,7 +33,7 @@ from agent_jobs.services import build_services, sandbox_client_config
 from agent_jobs.settings import Settings
 from job_worker.jobs import run_tests
 from job_worker.jobs.context import JobContext
-from job_worker.jobs.errors import PermanentJobError, RetryableJobError
+from job_worker.jobs.errors import OutOfTimeError, PermanentJobError, RetryableJobError
 from job_worker.jobs.git_workspace import GitRemote, GitWorkspace, GitWorkspaceStore
 from job_worker.jobs.sandbox import SANDBOX_PREFIX, TestSandbox, pack_checkout, test_timeout_seconds
 from job_worker.jobs.scratch import IN_USE, SCRATCH_PREFIX
@@ -270,7 +270,7 @@ def test_run_tests_cut_short_by_a_late_start_is_retried_not_recorded(workspace: 
     context = job_context(workspace, sandbox_for(fake, s3), remaining_ms=16_000, invocation_ms=110_000)
 
     # When its 6 s run times out
-    with pytest.raises(RetryableJobError, match=r"stopped after 6.0 s.*gives them 80.0 s"):
+    with pytest.raises(OutOfTimeError, match=r"stopped after 6.0 s.*gives them 80.0 s"):
         run_tests.run(TESTS_JOB, context)
 
     # Then nothing is recorded as the suite's verdict: the job runs again
@@ -293,7 +293,7 @@ def test_run_tests_timed_out_with_most_of_an_invocation_is_the_suites_verdict(wo
 def test_run_tests_with_no_time_left_retries_without_invoking(workspace: GitWorkspace, s3: Any):
     fake = FakeLambda(real_sandbox(s3))
 
-    with pytest.raises(RetryableJobError, match="not enough time"):
+    with pytest.raises(OutOfTimeError, match="not enough time"):
         run_tests.run(TESTS_JOB, job_context(workspace, sandbox_for(fake, s3), remaining_ms=9_000))
     assert fake.calls == []
 

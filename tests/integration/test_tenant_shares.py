@@ -3,6 +3,7 @@ groups wait, in order, nothing written, no attempt counted) while other tenants'
 
 from __future__ import annotations
 
+import io
 import json
 import time
 from collections.abc import Mapping
@@ -14,6 +15,7 @@ from aws_lambda_powertools import Logger, Metrics
 
 from agent_jobs.models import JobStatus
 from agent_jobs.registration import WorkspaceRegistration
+from agent_jobs.settings import deferrals_allowed, share_hold_seconds
 from agent_jobs.tenant_shares import TenantShares
 from job_worker.processing import BatchWorker
 from tests.conftest import Stack, enqueue, make_job, make_message
@@ -225,3 +227,49 @@ def test_a_share_that_cannot_be_checked_lets_the_records_run(
     assert (shared.job("open-1")["status"], shared.job("open-1")["attempt"]) == (JobStatus.SUCCEEDED, 1)
     assert "runningTenant" not in shared.job("open-1")
     assert [m.value for m in named(emitted_metrics(capsys.readouterr().out), "TenantShareUnchecked")] == [1]
+
+
+def test_each_deferral_holds_a_record_back_longer_than_a_retry_would_wait(
+    stack: Stack, workspaces: Any, lambda_context: Any
+) -> None:
+    # Given the template's backoff (2 s, at most 300 s), the noisy tenant at its share of one, and a worker whose
+    # jitter takes each backoff's bound
+    shared = with_share(stack, 1)
+    settings = shared.settings.model_copy(update={"backoff_base_seconds": 2, "backoff_max_seconds": 300})
+    shared = replace(shared, settings=settings, services=replace(shared.services, settings=settings))
+    log = io.StringIO()
+    deferring = BatchWorker(
+        services=shared.services,
+        workspaces=workspaces,
+        logger=Logger(service="shares-deferral-test", stream=log),
+        metrics=Metrics(namespace="AgentJobsSharesTest", service="shares-test"),
+        jitter=lambda bound: bound,
+    )
+    occupy(shared, NOISY, "other-invocation", "running")
+    enqueue(shared, make_job("held-1", "ws-held"), tenant_id=NOISY)
+    event = shared.receive(10)
+    allowed = deferrals_allowed(max_receive_count=settings.max_receive_count, max_attempts=settings.max_attempts)
+
+    # When its record is deferred on each receive a deferral may spend
+    for receives in range(1, allowed + 1):
+        for record in event["Records"]:
+            record["attributes"]["ApproximateReceiveCount"] = str(receives)
+        assert failed(deferring.handle(event, lambda_context())) == {event["Records"][0]["messageId"]}
+
+    # Then each deferral hands it back for three times the one before (a retry's backoff only doubles), and together
+    # they hold it back for what the share's stated bound says, with the template's settings 80 s (was 30 s)
+    lines = [json.loads(line) for line in log.getvalue().splitlines()]
+    held = [
+        line["deferredSeconds"] for line in lines if line["message"] == "tenant at its share of the worker: deferred"
+    ]
+    assert held == [2, 6, 18, 54]
+    assert (
+        sum(held)
+        == share_hold_seconds(
+            max_receive_count=settings.max_receive_count,
+            max_attempts=settings.max_attempts,
+            base_seconds=settings.backoff_base_seconds,
+            max_seconds=settings.backoff_max_seconds,
+        )[1]
+    )
+    assert shared.job("held-1")["status"] == JobStatus.QUEUED

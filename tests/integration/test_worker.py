@@ -576,20 +576,42 @@ def test_worker_rejects_a_job_sent_to_another_message_group(
     assert workspaces.commits("ws-z") == workspaces.commits("ws-y") == []
 
 
-def test_worker_halts_the_workspace_when_a_last_delivery_cannot_be_parked(
-    stack, make_worker, workspaces, lambda_context, sqs_fifo_record
+def test_worker_halts_the_workspace_when_a_failed_last_delivery_cannot_be_parked(
+    stack, make_worker, workspaces, hooks, lambda_context, monkeypatch
 ):
-    # Given a job leased by another worker, delivered near the queue's redrive limit
-    message = make_message("l1", workspace_id="ws-l")
-    stack.guard.claim(message, message_id="other", sequence_number=None, remaining_ms=60_000)
-    limit = stack.settings.max_receive_count
-    record = sqs_fifo_record("ws#ws-l", message.model_dump_json(by_alias=True), receive_count=limit)
-    # When the worker cannot run it (live lease) nor park it
-    response = make_worker(stack).handle({"Records": [record]}, lambda_context())
+    # Given a job whose run fails on its last delivery, and a park the table refuses (as for a job accepted with
+    # another payload)
+    enqueue(stack, make_job("l1", "ws-l"))
+    (record,) = stack.receive()["Records"]
+    record["attributes"]["ApproximateReceiveCount"] = str(stack.settings.max_receive_count)
+    _always_fail(hooks, "l1")
+    worker = make_worker(stack)
+    monkeypatch.setattr(worker.services.guard, "park", lambda *_, **__: False)
+    # When the worker cannot park it
+    response = worker.handle({"Records": [record]}, lambda_context())
     # Then the record stays reported for the queue, and its workspace is halted so the next job cannot run past it
     assert _failed(response) == [record["messageId"]]
     assert stack.workspace("ws-l")["state"] == WorkspaceState.HALTED
-    assert stack.job("l1")["status"] == JobStatus.IN_FLIGHT
+    assert stack.job("l1")["status"] == JobStatus.FAILED
+
+
+def test_worker_never_halts_for_a_last_delivery_of_a_job_running_elsewhere(
+    stack, make_worker, workspaces, lambda_context, sqs_fifo_record
+):
+    # Given a job leased by another worker (its message came back while that worker runs it), delivered near the
+    # queue's redrive limit
+    message = make_message("l2", workspace_id="ws-l")
+    stack.guard.claim(message, message_id="other", sequence_number=None, remaining_ms=60_000)
+    limit = stack.settings.max_receive_count
+    record = sqs_fifo_record("ws#ws-l", message.model_dump_json(by_alias=True), receive_count=limit)
+    # When the worker cannot run it (live lease)
+    response = make_worker(stack).handle({"Records": [record]}, lambda_context())
+    # Then the record goes back to the queue and nothing is halted: nothing of this delivery failed, and the worker
+    # holding the job settles it (were the message dead-lettered, the next job of ws-l would find the job unsettled
+    # ahead of it and be parked behind it)
+    assert _failed(response) == [record["messageId"]]
+    assert stack.workspace("ws-l") is None or stack.workspace("ws-l")["state"] == WorkspaceState.ACTIVE
+    assert stack.job("l2")["status"] == JobStatus.IN_FLIGHT
 
 
 def test_worker_never_raises_when_parking_fails(stack, make_worker, hooks, lambda_context, monkeypatch):

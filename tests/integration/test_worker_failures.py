@@ -3,6 +3,8 @@ brings it back; each such failure is logged with its job and cause and counted b
 
 from __future__ import annotations
 
+import io
+import json
 import logging
 import socket
 from dataclasses import replace
@@ -89,3 +91,40 @@ def client_error(code: str, status: int) -> ClientError:
 )
 def test_failure_causes_name_what_a_record_met(error: Exception, cause: str) -> None:
     assert failure_cause(error) == cause
+
+
+def test_worker_logs_a_jobs_unexpected_error_with_its_traceback_and_its_jobs_keys(
+    stack: Stack, workspaces: Any, hooks: Any, lambda_context: Any
+) -> None:
+    # Given a job whose handler meets an error nobody planned for, deep in its own code, and a worker whose log lines
+    # are written as Lambda's would be
+    enqueue(stack, make_job("unplanned-1", "ws-a"))
+
+    def remove_the_checkout() -> None:
+        raise FileNotFoundError(2, "No such file or directory")
+
+    hooks.before_commit["unplanned-1"] = remove_the_checkout
+    log = io.StringIO()
+    worker = BatchWorker(
+        services=stack.services,
+        workspaces=workspaces,
+        logger=Logger(service="agent-jobs-traceback-test", stream=log),
+        metrics=Metrics(namespace="AgentJobsTest"),
+    )
+
+    # When the worker runs it
+    event = stack.receive()
+    response = worker.handle(event, lambda_context())
+
+    # Then the job comes back for a retry, and its warning names the job and carries the traceback down to the line
+    # that raised, so the cause can be found from the log alone
+    assert len(response["batchItemFailures"]) == 1
+    lines = [json.loads(line) for line in log.getvalue().splitlines()]
+    (warning,) = [line for line in lines if line["message"] == "job failed, will retry"]
+    assert warning["level"] == "WARNING"
+    assert (warning["jobId"], warning["workspaceId"], warning["type"]) == ("unplanned-1", "ws-a", "apply_patch")
+    assert warning["tenantId"] == "tenant-1"
+    assert warning["error"] == "FileNotFoundError(2, 'No such file or directory')"
+    assert warning["exception_name"] == "FileNotFoundError"
+    assert "Traceback" in warning["exception"]
+    assert "in remove_the_checkout" in warning["exception"]

@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from agent_jobs.models import JobStatus
-from job_worker.jobs.errors import RetryableJobError
+from agent_jobs.models import JobStatus, WorkspaceState
+from job_worker.jobs.errors import OutOfTimeError, RetryableJobError
 from tests.conftest import Stack, enqueue, make_job
 
 BARRIER_SECONDS = 10  # generous: the barrier either opens at once (concurrent) or never (sequential)
@@ -33,6 +33,14 @@ def _failed(response: dict[str, Any]) -> list[str]:
 def _with_concurrency(stack: Stack, group_concurrency: int) -> Stack:
     settings = stack.settings.model_copy(update={"group_concurrency": group_concurrency})
     return replace(stack, settings=settings, services=replace(stack.services, settings=settings))
+
+
+def _fail_once(hooks: Any, job_id: str) -> None:
+    def fail() -> None:
+        hooks.before_commit.pop(job_id)
+        raise RetryableJobError("remote unavailable")
+
+    hooks.before_commit[job_id] = fail
 
 
 def _message_ids(event: dict[str, Any]) -> dict[str, str]:
@@ -316,3 +324,127 @@ def test_worker_writes_each_metric_document_whole_in_one_write(stack, make_worke
     for text in documents:
         assert text.endswith("\n")
         assert "CloudWatchMetrics" in json.loads(text)["_aws"]
+
+
+# ---- near the delivery limit: a record is parked only for its own failure ----------------------------------------
+
+
+def _received(event: dict[str, Any], receives: dict[str, int]) -> None:
+    """Give the event's records the receive counts a busy queue left them with (jobId -> ApproximateReceiveCount)."""
+    for record in event["Records"]:
+        record["attributes"]["ApproximateReceiveCount"] = str(receives[json.loads(record["body"])["jobId"]])
+
+
+def _visible_again(stack: Stack, event: dict[str, Any], job_ids: set[str]) -> None:
+    """The records of `job_ids` made visible now, as their visibility timeout running out would."""
+    stack.services.sqs.change_message_visibility_batch(
+        QueueUrl=stack.queue_url,
+        Entries=[
+            {"Id": str(n), "ReceiptHandle": record["receiptHandle"], "VisibilityTimeout": 0}
+            for n, record in enumerate(event["Records"])
+            if json.loads(record["body"])["jobId"] in job_ids
+        ],
+    )
+
+
+def _not_halted(stack: Stack, workspace_id: str) -> bool:
+    workspace = stack.workspace(workspace_id)
+    return workspace is None or workspace["state"] == WorkspaceState.ACTIVE
+
+
+def test_worker_never_parks_into_a_halt_a_record_that_waited_behind_its_groups_failure(
+    stack, make_worker, workspaces, hooks, lambda_context
+):
+    # Given ws-a's a-1, which fails once (its second receive), with a-2 behind it on one of its last receives (the
+    # batches that skipped it and its tenant's deferrals spent the others), and ws-b's b-1 on its last receive
+    enqueue(stack, make_job("a-1", "ws-a"), make_job("a-2", "ws-a"), make_job("b-1", "ws-b"))
+    event = stack.receive()
+    ids = _message_ids(event)
+    last = stack.settings.max_receive_count
+    _received(event, {"a-1": 2, "a-2": last - 1, "b-1": last})
+    _fail_once(hooks, "a-1")
+
+    # When the worker runs the batch
+    response = make_worker(stack).handle(event, lambda_context())
+    stack.settle(event, response)
+
+    # Then a-1 failed on its own, and a-2 never got its turn: neither is parked and ws-a is not halted; b-1 ran
+    assert _failed(response) == [ids["a-1"], ids["a-2"]]
+    assert (stack.job("a-1")["status"], stack.job("a-2")["status"]) == (JobStatus.FAILED, JobStatus.QUEUED)
+    assert _not_halted(stack, "ws-a")
+    assert workspaces.commits("ws-b") == ["b-1"]
+    # and ws-a's records are handed back for the longest backoff, not received again at once (these settings' backoff
+    # is otherwise 0 s): a-2's last receives wait for what took its turns to pass
+    assert stack.receive()["Records"] == []
+
+    # When they come back, both run, in order
+    _visible_again(stack, event, {"a-1", "a-2"})
+    again = stack.receive()
+    assert _failed(make_worker(stack).handle(again, lambda_context())) == []
+    assert workspaces.commits("ws-a") == ["a-1", "a-2"]
+
+
+def test_worker_never_parks_into_a_halt_records_handed_back_for_the_invocations_time(
+    stack, make_worker, workspaces, lambda_context
+):
+    # Given jobs of two workspaces on one of their last receives, and an invocation with less time left than the
+    # worker's safety margin (2 s in these settings)
+    enqueue(stack, make_job("x-1", "ws-x"), make_job("y-1", "ws-y"))
+    event = stack.receive()
+    near = stack.settings.max_receive_count - 1
+    _received(event, {"x-1": near, "y-1": near})
+
+    # When the worker gets them
+    response = make_worker(stack).handle(event, lambda_context(timeout_seconds=1))
+
+    # Then neither started, neither is parked and nothing is halted: the invocation's time is no fault of theirs
+    assert sorted(_failed(response)) == sorted(r["messageId"] for r in event["Records"])
+    assert (stack.job("x-1")["status"], stack.job("y-1")["status"]) == (JobStatus.QUEUED, JobStatus.QUEUED)
+    assert _not_halted(stack, "ws-x")
+    assert _not_halted(stack, "ws-y")
+    # and they come back only after the longest backoff, so a crowded queue does not spend their last receives at once
+    assert stack.receive()["Records"] == []
+
+
+def test_worker_never_parks_into_a_halt_a_run_cut_short_by_the_invocations_time(
+    stack, make_worker, workspaces, hooks, lambda_context
+):
+    # Given a job on one of its last receives whose run the invocation's time cuts short (it started late)
+    enqueue(stack, make_job("late-1", "ws-late"))
+    event = stack.receive()
+    _received(event, {"late-1": stack.settings.max_receive_count - 1})
+
+    def out_of_time() -> None:
+        raise OutOfTimeError("the tests were stopped after 2.0 s, the time left in this invocation")
+
+    hooks.before_commit["late-1"] = out_of_time
+
+    # When the worker runs it
+    response = make_worker(stack).handle(event, lambda_context())
+
+    # Then the run is retried (its failure recorded, as any retry) but the record is not parked: nothing is halted
+    assert _failed(response) == [event["Records"][0]["messageId"]]
+    assert stack.job("late-1")["status"] == JobStatus.FAILED
+    assert _not_halted(stack, "ws-late")
+
+
+def test_worker_still_parks_and_halts_for_a_records_own_failure_near_its_limit(
+    stack, make_worker, workspaces, hooks, lambda_context
+):
+    # Given ws-a's a-1, failing on one of its last receives, a-2 behind it, and ws-b's b-1 run by the same batch
+    enqueue(stack, make_job("a-1", "ws-a"), make_job("a-2", "ws-a"), make_job("b-1", "ws-b"))
+    event = stack.receive()
+    near = stack.settings.max_receive_count - 1
+    _received(event, {"a-1": near, "a-2": near, "b-1": near})
+    _fail_once(hooks, "a-1")
+
+    # When the worker runs the batch
+    response = make_worker(stack).handle(event, lambda_context())
+
+    # Then a-1 is parked and halts ws-a (the queue will not dead-letter it and run a-2 first); a-2 is parked behind
+    # that halt; b-1 ran
+    assert _failed(response) == []
+    assert (stack.job("a-1")["status"], stack.job("a-2")["status"]) == (JobStatus.PARKED, JobStatus.PARKED)
+    workspace = stack.workspace("ws-a")
+    assert (workspace["state"], workspace["haltingJobId"]) == (WorkspaceState.HALTED, "a-1")
+    assert workspaces.commits("ws-b") == ["b-1"]

@@ -203,20 +203,37 @@ def test_worker_counts_a_halt_for_parking_on_a_last_delivery_once_per_halt(
     assert named(metrics, WORKSPACES_HALTED) == []
 
 
-def test_worker_counts_a_halt_when_a_last_delivery_can_be_neither_run_nor_parked(
+def test_worker_counts_a_halt_when_a_failed_last_delivery_cannot_be_parked(
+    stack, worker, hooks, lambda_context, capsys, monkeypatch
+) -> None:
+    # Given a job whose run fails on its last delivery before the queue's redrive, and a park the table refuses
+    enqueue(stack, make_job("lease-1", "ws-l"))
+    event = stack.receive()
+    for record in event["Records"]:
+        record["attributes"]["ApproximateReceiveCount"] = str(stack.settings.max_receive_count)
+    _fail_with(hooks, "lease-1", RetryableJobError("remote unavailable"))
+    monkeypatch.setattr(worker.services.guard, "park", lambda *_, **__: False)
+    capsys.readouterr()
+    # When the worker can neither run it nor park it, Then it halts the workspace and counts that halt
+    worker.handle(event, lambda_context())
+    assert stack.workspace("ws-l")["state"] == WorkspaceState.HALTED
+    assert len(named(emitted_metrics(capsys.readouterr().out), WORKSPACES_HALTED)) == 1
+
+
+def test_worker_counts_no_halt_for_a_last_delivery_of_a_job_running_elsewhere(
     stack, worker, lambda_context, sqs_fifo_record, capsys
 ) -> None:
     # Given a job leased by another worker, delivered near the queue's redrive limit
-    message = make_message("lease-1", workspace_id="ws-l")
+    message = make_message("lease-2", workspace_id="ws-l")
     stack.guard.claim(message, message_id="other", sequence_number=None, remaining_ms=60_000)
     record = sqs_fifo_record(
         "ws#ws-l", message.model_dump_json(by_alias=True), receive_count=stack.settings.max_receive_count
     )
     capsys.readouterr()
-    # When the worker can neither run it nor park it, Then it halts the workspace and counts that halt
+    # When the worker cannot run it, Then nothing of its own failed: no halt, none counted
     worker.handle({"Records": [record]}, lambda_context())
-    assert stack.workspace("ws-l")["state"] == WorkspaceState.HALTED
-    assert len(named(emitted_metrics(capsys.readouterr().out), WORKSPACES_HALTED)) == 1
+    assert stack.workspace("ws-l") is None or stack.workspace("ws-l")["state"] == WorkspaceState.ACTIVE
+    assert named(emitted_metrics(capsys.readouterr().out), WORKSPACES_HALTED) == []
 
 
 def test_worker_counts_a_duplicate_delivery_by_type(stack, worker, lambda_context, capsys) -> None:

@@ -48,7 +48,9 @@ def install(handler_module: ModuleType, config: dict[str, Any]) -> None:
 def install_slow_tests(handler_module: ModuleType, config: dict[str, Any]) -> None:
     """Worker bootstrap of the fair-share test: folder workspaces under the worker's WORKSPACES_ROOT; a run_tests job
     of a workspace whose name starts with `config["slow_prefix"]` takes `config["slow_seconds"]` (a slow suite); and a
-    line `<jobId> <epoch seconds>` appended to `config["applied_log"]` each time a record's processing returns."""
+    line `<jobId> <epoch seconds>` appended to `config["applied_log"]` each time a record's processing returns. With
+    `config["running_log"]`, each slow suite also appends `start <jobId>` and `end <jobId>` there as it starts and ends
+    (one whole line per write, O_APPEND: the lines of every worker process in the order they happened)."""
     import json
     import time
     from dataclasses import replace
@@ -58,6 +60,15 @@ def install_slow_tests(handler_module: ModuleType, config: dict[str, Any]) -> No
     from job_worker import processing
 
     applied_log, prefix, seconds = str(config["applied_log"]), str(config["slow_prefix"]), float(config["slow_seconds"])
+    running_log = config.get("running_log")
+
+    def append(log: str, line: str) -> None:
+        descriptor = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        try:
+            os.write(descriptor, line.encode())
+        finally:
+            os.close(descriptor)
+
     app: Any = handler_module
     built = app.worker
 
@@ -73,7 +84,11 @@ def install_slow_tests(handler_module: ModuleType, config: dict[str, Any]) -> No
 
     def store_test_result(self: Any, job_id: str, head: str, result: dict[str, Any]) -> None:
         if self.workspace_id.startswith(prefix):
+            if running_log:
+                append(str(running_log), f"start {job_id}\n")
             time.sleep(seconds)
+            if running_log:
+                append(str(running_log), f"end {job_id}\n")
         original_store(self, job_id, head, result)
 
     LocalWorkspace.store_test_result = functools.wraps(original_store)(store_test_result)  # type: ignore[method-assign]
@@ -81,11 +96,6 @@ def install_slow_tests(handler_module: ModuleType, config: dict[str, Any]) -> No
 
     def process_record(self: Any, record: Any, context: Any) -> None:
         original_process(self, record, context)
-        line = f"{json.loads(record.body).get('jobId')} {time.time():.6f}\n".encode()
-        descriptor = os.open(applied_log, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
-        try:
-            os.write(descriptor, line)
-        finally:
-            os.close(descriptor)
+        append(applied_log, f"{json.loads(record.body).get('jobId')} {time.time():.6f}\n")
 
     processing.BatchWorker.process_record = functools.wraps(original_process)(process_record)  # type: ignore[method-assign]

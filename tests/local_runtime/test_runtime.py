@@ -170,7 +170,7 @@ def test_runtime_scales_only_the_duration_settings() -> None:
 
     assert scale_durations(environment, 0.01) == {
         "TIME_SAFETY_MARGIN_MS": "100",
-        "BACKOFF_BASE_SECONDS": "0",
+        "BACKOFF_BASE_SECONDS": "1",  # never rounded to nothing: a backoff of 0 s would be another system
         "BACKOFF_MAX_SECONDS": "3",
         "MAX_ATTEMPTS": "3",
     }

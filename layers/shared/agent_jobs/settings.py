@@ -18,6 +18,13 @@ from agent_jobs.patch_limits import (
 # dead-letter the job and hand out the next job of its workspace). More than one, so that an invocation that crashes
 # on one of them still leaves another.
 LAST_DELIVERIES: Final = 3
+# A deferral over a tenant's share waits BACKOFF_BASE_SECONDS x DEFERRAL_GROWTH^(receives - 1), at most
+# BACKOFF_MAX_SECONDS: growing faster than a retry's backoff (x2 a receive), because a deferral may spend only the few
+# receives a job's attempts and a crash do not need (`Settings.deferrable`), and each must hold the record back longer
+# for the share to hold through a longer backlog. Not faster still: a deferred record waits out its backoff even when
+# a slot of its tenant's share frees sooner, so a tenant's burst larger than its share leaves its own slots idle
+# (x4 held 120 jobs of 20 s twice as long again as x3, for no fewer records run over the share).
+DEFERRAL_GROWTH: Final = 3
 # The longest a Lambda function can run (its Timeout's maximum), hence the longest a test sandbox invocation can take.
 LAMBDA_MAX_TIMEOUT_SECONDS: Final = 900
 # A sandbox invocation keeps this much of its own Timeout for unpacking the checkout, killing the tests and cleaning
@@ -34,6 +41,31 @@ DEFAULT_MAX_CHECKOUT_BYTES: Final = 100 * MIB
 DEFAULT_EPHEMERAL_STORAGE_MB: Final = 512
 # What the warm caches leave free of the ephemeral storage beyond one fetch and one checkout (the runtime's own files).
 EPHEMERAL_HEADROOM_BYTES: Final = 64 * MIB
+
+
+def deferrals_allowed(*, max_receive_count: int, max_attempts: int) -> int:
+    """How many times a record may be deferred over its tenant's share: every receive its job's attempts and a crash
+    (LAST_DELIVERIES) do not need before the queue's redrive."""
+    return max(0, max_receive_count - max_attempts - LAST_DELIVERIES)
+
+
+def deferral_backoff_bound(receive_count: int, *, base_seconds: float, max_seconds: float) -> float:
+    """The longest a record deferred on its `receive_count`-th receive waits (it waits between half this and this)."""
+    return min(max_seconds, base_seconds * float(DEFERRAL_GROWTH) ** max(0, receive_count - 1))
+
+
+def share_hold_seconds(
+    *, max_receive_count: int, max_attempts: int, base_seconds: float, max_seconds: float
+) -> tuple[float, float]:
+    """How long a tenant's share holds one of its records back, at least and at most: the backoff of every deferral it
+    is allowed (each jittered between half its bound and its bound). A backlog the share has not run by then runs over
+    it (`RecordsOverShare`)."""
+    count = deferrals_allowed(max_receive_count=max_receive_count, max_attempts=max_attempts)
+    bounds = [
+        deferral_backoff_bound(receives, base_seconds=base_seconds, max_seconds=max_seconds)
+        for receives in range(1, count + 1)
+    ]
+    return sum(bound / 2 for bound in bounds), float(sum(bounds))
 
 
 class Settings(BaseSettings):
@@ -174,7 +206,16 @@ class Settings(BaseSettings):
         """A record may still be deferred over its tenant's share (`tenant_share`) without costing its job a retry:
         after this delivery it keeps max_attempts deliveries for its attempts and LAST_DELIVERIES for a crash, before
         the queue's redrive. A deferral writes nothing, but each one is a delivery."""
-        return receive_count + self.max_attempts + LAST_DELIVERIES <= self.max_receive_count
+        return receive_count <= deferrals_allowed(
+            max_receive_count=self.max_receive_count, max_attempts=self.max_attempts
+        )
+
+    def deferral_backoff_bound(self, receive_count: int) -> float:
+        """The longest a record deferred over its tenant's share on its `receive_count`-th receive is handed back for
+        (`DEFERRAL_GROWTH`)."""
+        return deferral_backoff_bound(
+            receive_count, base_seconds=self.backoff_base_seconds, max_seconds=self.backoff_max_seconds
+        )
 
     def near_delivery_limit(self, receive_count: int) -> bool:
         """The message is on one of its LAST_DELIVERIES before the queue's redrive."""

@@ -16,7 +16,7 @@ from typing import Any, Final
 
 from agent_jobs.models import RunTestsJob
 from job_worker.jobs.context import JobContext
-from job_worker.jobs.errors import PermanentJobError, RetryableJobError
+from job_worker.jobs.errors import OutOfTimeError, PermanentJobError
 from job_worker.jobs.git_workspace import GitWorkspace
 from job_worker.jobs.sandbox import pack_checkout, test_timeout_seconds
 from job_worker.jobs.scratch import scratch_folder
@@ -52,7 +52,7 @@ def run(job: RunTestsJob, context: JobContext) -> dict[str, Any]:
         timeout = test_timeout_seconds(context.remaining_ms(), context.safety_margin_ms, sandbox.longest_run_seconds)
         whole = test_timeout_seconds(context.invocation_ms, context.safety_margin_ms, sandbox.longest_run_seconds)
         if timeout <= 0:
-            raise RetryableJobError("not enough time left in this invocation to run the tests")
+            raise OutOfTimeError("not enough time left in this invocation to run the tests")
         # Removed when the job ends, and by the next job if this process is killed first.
         with scratch_folder() as folder:
             workspace.checkout(head, folder)
@@ -67,7 +67,7 @@ def run(job: RunTestsJob, context: JobContext) -> dict[str, Any]:
             archive=archive,
         )
         if outcome.outcome == "timed_out" and timeout < CUT_SHORT_SHARE * whole:
-            raise RetryableJobError(
+            raise OutOfTimeError(
                 f"the tests were stopped after {timeout:.1f} s, the time left in this invocation, before they finished;"
                 f" a whole invocation gives them {whole:.1f} s: they run again at the head of the next batch"
             )

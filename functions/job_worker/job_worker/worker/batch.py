@@ -1,6 +1,6 @@
 """Batch and message groups: one SQS batch, its message groups at once on a bounded pool (each group's records in
 order under Powertools' FIFO partial processing), suspects run alone after them, and the failures reported in the
-event's order after parking near the delivery limit and backoff."""
+event's order after parking near the delivery limit (the records whose own run failed) and backoff."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from job_worker.worker.last_delivery import LastDeliveryParking
 from job_worker.worker.records import is_drain_marker
-from job_worker.worker.redelivery import RetryLaterError, SuspectError
+from job_worker.worker.redelivery import RetryLaterError, RunFailedError, SuspectError
 from job_worker.worker.running import running_alone
 from job_worker.worker.shares import ShareDeferral, ShareGate
 
@@ -48,6 +48,8 @@ class BatchWorker(LastDeliveryParking):
         deferred: dict[str, str] = {}  # group -> tenant, of the groups deferred (each written from its own thread)
         self._deferred_groups = deferred
         delays: dict[str, int] = {}  # each record's own key: written from one group's thread only
+        # The records whose job ran here and failed for a reason of its own (each added from its group's thread).
+        self._failed_runs: set[str] = set()
         groups: dict[str, list[dict[str, Any]]] = {}
         for raw in raw_records:
             groups.setdefault(str(raw.get("attributes", {}).get("MessageGroupId") or ""), []).append(raw)
@@ -62,8 +64,9 @@ class BatchWorker(LastDeliveryParking):
         if not failures:
             return {"batchItemFailures": []}
         records = [SQSRecord(raw) for raw in raw_records]
-        failures -= self._park_last_deliveries(records, failures)
-        self._back_off(records, failures, delays)
+        parked, spared = self._park_last_deliveries(records, failures, frozenset(self._failed_runs & failures))
+        failures -= parked
+        self._back_off(records, failures, delays, spared)
         retried = self._count_deferred(records, failures, deferred)
         if retried:
             self.metrics.add_metric(name="RecordsRetried", unit=MetricUnit.Count, value=retried)
@@ -155,6 +158,8 @@ class BatchWorker(LastDeliveryParking):
                 raise
             except RetryLaterError as retry:
                 delays[record.message_id] = retry.delay_seconds
+                if isinstance(retry, RunFailedError):
+                    self._failed_runs.add(record.message_id)
                 raise
             except Exception as error:
                 self._report_failed_record(record, error)
@@ -231,10 +236,12 @@ class BatchWorker(LastDeliveryParking):
             self._emit("RecordsOverShare", MetricUnit.Count, 1, dimensions={"TenantId": str(message.tenant_id)})
             return
         self._deferred_groups[group] = str(message.tenant_id)
+        delay = self._deferral_seconds(record)
         self.logger.info(
-            "tenant at its share of the worker: deferred", extra={"inUse": decision.in_use, "share": decision.share}
+            "tenant at its share of the worker: deferred",
+            extra={"inUse": decision.in_use, "share": decision.share, "deferredSeconds": delay},
         )
-        raise ShareDeferral(str(message.tenant_id), decision.in_use, decision.share, self._backoff_seconds(record))
+        raise ShareDeferral(str(message.tenant_id), decision.in_use, decision.share, delay)
 
     def _running_invocation_id(self, message: JobMessage) -> str | None:
         """This invocation's id for a claim of the job, when its tenant has a share (it then counts against it)."""

@@ -15,9 +15,9 @@ from agent_jobs.guard import ClaimOutcome, FailOutcome, Item, Lease
 from agent_jobs.models import JobMessage, PayloadUnavailableError
 from job_worker.jobs import run_job
 from job_worker.jobs.context import JobContext
-from job_worker.jobs.errors import PermanentJobError
+from job_worker.jobs.errors import OutOfTimeError, PermanentJobError
 from job_worker.worker.records import RecordParsing
-from job_worker.worker.redelivery import RetryLaterError, SuspectError
+from job_worker.worker.redelivery import RetryLaterError, RunFailedError, SuspectError
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -151,7 +151,8 @@ class JobRunning(RecordParsing):
             self._count_halt()
             return False
         except Exception as error:
-            self.logger.warning("job failed, will retry", extra={"error": repr(error)})
+            # Unplanned (a bug, a resource gone): the traceback is what finds its cause.
+            self.logger.warning("job failed, will retry", extra={"error": repr(error)}, exc_info=error)
             self._count("JobsFailed", job_type)
             failed = guard.fail(lease, f"{type(error).__name__}: {error}", body=body)
             if failed is FailOutcome.DEAD:
@@ -159,7 +160,9 @@ class JobRunning(RecordParsing):
                 self._count("JobsDead", job_type)
                 self._count_halt()
                 return False
-            raise RetryLaterError(str(error), backoff_seconds()) from error
+            # Its own failure, unless the invocation's time ran out on it (it started late: no fault of the job's).
+            handed_back = RetryLaterError if isinstance(error, OutOfTimeError) else RunFailedError
+            raise handed_back(str(error), backoff_seconds()) from error
         if not guard.complete(lease, result):
             # Another worker took the job over after our lease expired; its outcome stands, not ours.
             self.logger.info("lease lost before completion; leaving the job to its new owner")

@@ -7,7 +7,8 @@ running index, `JobGuard.running_invocations`), every record of the tenant in th
 deferred: handed back with the rest of its group (the group waits, in order), before any claim, so nothing is
 written and no attempt or failure is counted. The queue's receive count still grows with each deferral, so a group
 is deferred only while each of its records keeps every delivery its job's attempts and a crash need
-(`Settings.deferrable`); past that it runs over the share.
+(`Settings.deferrable`); past that it runs over the share. Each deferral's backoff triples with the receives
+(`Settings.deferral_backoff_bound`), so those few receives hold a record back for longer (`share_hold_seconds`).
 """
 
 from __future__ import annotations
