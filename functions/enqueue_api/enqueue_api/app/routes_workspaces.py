@@ -25,7 +25,7 @@ from .params import TIMELINE_LIMIT_DEFAULT, PageToken, TimelineLimit, WorkspaceI
 from .rules import check_registration
 from .schemas import JobTimelineView, WorkspaceStatusView, WorkspaceView
 from .tenancy import CallerTenant
-from .views import PUBLIC_JOB_FIELDS, public_job_view, public_workspace_status_view, public_workspace_view
+from .views import STORED_JOB_FIELDS, public_job_view, public_workspace_status_view, public_workspace_view
 
 router = Router()  # type: ignore[no-untyped-call]  # Powertools leaves it unannotated
 
@@ -116,7 +116,7 @@ def list_workspace_jobs(
     start_key = decode_timeline_token(next_token, workspace_id)
     visible_workspace(svc, workspace_id, tenant)
     page = svc.guard.workspace_jobs(
-        workspace_id, tenant, limit=limit, start_key=start_key, attributes=PUBLIC_JOB_FIELDS
+        workspace_id, tenant, limit=limit, start_key=start_key, attributes=STORED_JOB_FIELDS
     )
     metrics.add_metric(name="TimelinesRead", unit=MetricUnit.Count, value=1)
     return JobTimelineView(
