@@ -25,7 +25,7 @@ from .params import TIMELINE_LIMIT_DEFAULT, PageToken, TimelineLimit, WorkspaceI
 from .rules import check_registration
 from .schemas import JobTimelineView, WorkspaceStatusView, WorkspaceView
 from .tenancy import CallerTenant
-from .views import STORED_JOB_FIELDS, public_job_view, public_workspace_status_view, public_workspace_view
+from .views import STORED_JOB_FIELDS, public_job_view, public_workspace_view, workspace_state_view
 
 router = Router()  # type: ignore[no-untyped-call]  # Powertools leaves it unannotated
 
@@ -79,13 +79,12 @@ def register_workspace(
 def read_workspace(workspace_id: WorkspaceIdInPath, tenant: CallerTenant) -> WorkspaceStatusView:
     """The workspace's registration and state, and `lastAppliedJobId`: derived at read time (the worker writes
     nothing for it), at the cost of one Query of the GSI `byWorkspace` besides the GetItem of the workspace item
-    (see `JobGuard.last_succeeded_job`)."""
+    (`workspace_state_view`, as every answer that shows a workspace)."""
     svc = services()
     logger.append_keys(workspace_id=workspace_id)
     status = visible_workspace(svc, workspace_id, tenant)
-    last_applied = svc.guard.last_succeeded_job(workspace_id, tenant)
     metrics.add_metric(name="WorkspacesRead", unit=MetricUnit.Count, value=1)
-    return public_workspace_status_view(status, last_applied.get("jobId") if last_applied else None)
+    return workspace_state_view(svc.guard, status, tenant)
 
 
 @router.get(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from agent_jobs.guard import ATTEMPTS_BEFORE_RETRY
+from agent_jobs.guard import ATTEMPTS_BEFORE_RETRY, JobGuard
 from agent_jobs.registration import RegisteredWorkspace
 from agent_jobs.workspaces import WorkspaceStatus, workspace_status
 
@@ -79,8 +79,17 @@ def public_workspace_status_view(
     return WorkspaceStatusView.model_validate(view)
 
 
-def workspace_item_view(workspace_id: str, item: dict[str, Any]) -> WorkspaceStatusView:
-    return public_workspace_status_view(workspace_status(workspace_id, item))
+def workspace_state_view(guard: JobGuard, status: WorkspaceStatus, tenant: str) -> WorkspaceStatusView:
+    """`public_workspace_status_view` with the workspace's `lastAppliedJobId`, from its one source for every answer
+    that shows a workspace: derived at read time from the `byWorkspace` index (`JobGuard.last_succeeded_job`: one
+    Query, as the worker writes nothing for it)."""
+    last_applied = guard.last_succeeded_job(status.workspace_id, tenant)
+    return public_workspace_status_view(status, last_applied.get("jobId") if last_applied else None)
+
+
+def workspace_item_view(guard: JobGuard, workspace_id: str, item: dict[str, Any], tenant: str) -> WorkspaceStatusView:
+    """`workspace_state_view` of a workspace item as the store answered it."""
+    return workspace_state_view(guard, workspace_status(workspace_id, item), tenant)
 
 
 def _registration_fields(workspace: RegisteredWorkspace) -> dict[str, Any]:
