@@ -107,8 +107,9 @@ def list_workspace_jobs(
     of the timeline, and it needs no second index. The price: acceptedAt is the producer's clock, taken just before
     the send, so two jobs submitted to one workspace at the same moment by different callers can be listed in the
     other order than the queue runs them, and ties keep an arbitrary but stable order. Jobs submitted one after the
-    other (each after the previous one's 202) are listed in queue order. Each view carries its `sequenceNumber`,
-    the order jobs take effect in.
+    other (each after the previous one's 202) are listed in queue order, and so are the jobs of one batch, whose
+    acceptedAt the store spaces a millisecond apart in batch order (`record_accepted_batch`). Each view carries its
+    `sequenceNumber`, the order jobs take effect in.
     """
     svc = services()
     logger.append_keys(workspace_id=workspace_id)
