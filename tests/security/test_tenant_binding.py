@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from aws_lambda_powertools import Logger, Metrics
 from botocore.exceptions import ClientError
+from dulwich.repo import Repo
 
 from agent_jobs.models import JobStatus, job_message
 from agent_jobs.producer import WorkspaceUnregisteredError, enqueue_job
@@ -47,7 +48,9 @@ def remotes_root(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def api(stack: Stack, remotes_root: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Api]:
-    """The API function with a remotes root and the template's token prefix, its tenants acme and mallory."""
+    """The API function with a remotes root and the template's token prefix, its tenants acme and mallory; acme's
+    remote repo.git is there (the API refuses to register a remote it sees is missing)."""
+    Repo.init_bare(str(remotes_root / "acme" / "repo.git"), mkdir=True).close()
     use_environment(monkeypatch, {**stack.env("EnqueueApiFunction"), "WORKSPACES_REMOTE_ROOT": str(remotes_root)})
     monkeypatch.setattr(app.metrics, "namespace", "AgentJobsTest")
     yield Api(stack)
@@ -298,8 +301,24 @@ def test_registering_a_relative_remote_is_422(api: Api, remote: str) -> None:
 
 
 def test_registering_a_file_remote_inside_the_tenants_root_is_accepted(api: Api, remotes_root: Path) -> None:
+    (remotes_root / "acme" / "team" / "repo.git").mkdir(parents=True)
+    Repo.init_bare(str(remotes_root / "acme" / "team" / "repo.git")).close()
     assert put(api, "a", register_body(f"{remotes_root}/acme/repo.git")).status == 201
     assert put(api, "b", register_body(f"file://{remotes_root}/acme/team/repo.git")).status == 201
+
+
+def test_registering_tells_nothing_of_whether_another_tenants_remote_exists(api: Api, remotes_root: Path) -> None:
+    # Given mallory's remote, and a name beside it that is no remote
+    Repo.init_bare(str(remotes_root / "mallory" / "repo.git"), mkdir=True).close()
+
+    # When acme registers each
+    there = put(api, "acme-repo", register_body(f"{remotes_root}/mallory/repo.git"))
+    not_there = put(api, "acme-repo", register_body(f"{remotes_root}/mallory/other.git"))
+
+    # Then both are refused for lying outside acme's remotes, in the same words: never that one is missing
+    assert (there.status, not_there.status) == (422, 422)
+    assert there.body == not_there.body
+    assert "does not exist" not in json.dumps(there.body)
 
 
 def test_file_remotes_are_refused_without_a_remotes_root(api: Api, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,5 +1,6 @@
 """What a request must also satisfy once Powertools has validated its shape: the deployment's patch limits, a batch's
-distinct jobIds, a registration's size and the tenant's bounds. Each refusal is a 422 worded as the shape's."""
+distinct jobIds, a registration's size, the tenant's bounds and a file-system remote that is there. Each refusal is a
+422 worded as the shape's."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from agent_jobs.tenancy import TenantBounds
 
 from .errors import RequestRefused
 from .operations import Operation
+from .remotes import missing_file_remote_error
 from .validation import body_refusal, counted
 
 Job = ApplyPatchJob | RunTestsJob | OpenPrJob
@@ -60,6 +62,9 @@ def check_registration(registration: WorkspaceRegistration, tenant: str, setting
             "listed in 'errors' and send it again",
             errors,
         )
+    missing = missing_file_remote_error(registration.remote_url, settings.workspaces_remote_root)
+    if missing:
+        raise RequestRefused(HTTPStatus.UNPROCESSABLE_ENTITY, missing, [{"field": "remoteUrl", "message": missing}])
 
 
 def _patch_limit_errors(job: Job, settings: Settings, prefix: str = "") -> list[dict[str, str]]:
