@@ -97,6 +97,38 @@ def test_enqueue_batch_answers_404_per_job_of_an_unregistered_workspace(api: Api
     assert api.stack.job("j-2") is None
 
 
+@pytest.mark.parametrize("job_type", ["run_tests", "open_pr"])
+def test_jobs_for_another_tenants_workspace_tell_nothing_of_its_registration(
+    api: Api, remotes_root: Path, job_type: str
+) -> None:
+    # Given acme's workspace with one test suite and no GitHub repository
+    body = register_body(f"{remotes_root}/acme/repo.git", testCommands={"unit": ["x"]})
+    assert put(api, "acme-repo", body).status == 201
+
+    # When mallory sends jobs that would not fit it (a suite it lacks, a pull request), and one that would, alone
+    # and in a batch, and the same to a workspace nobody registered
+    def answers(workspace_id: str) -> list[Any]:
+        jobs = [
+            job_body(
+                "probe-1",
+                workspace_id,
+                type=job_type,
+                payload={"suite": "e2e"} if job_type == "run_tests" else {"title": "t"},
+            ),
+            job_body("probe-2", workspace_id, type="run_tests", payload={"suite": "unit"}),
+        ]
+        single = [api.invoke(post_event(job, claims=ATTACKER), register=False) for job in jobs]
+        batch = api.invoke(batch_event({"jobs": jobs}, claims=ATTACKER), register=False)
+        return [(answer.status, answer.body) for answer in single] + [(batch.status, batch.body)]
+
+    theirs, nobodys = answers("acme-repo"), answers("nobody-repo")
+
+    # Then each is the 404 of a workspace nobody registered, word for word: never a word of acme's suites
+    assert [status for status, _ in theirs] == [404, 404, 200]
+    assert json.dumps(theirs).replace("acme-repo", "nobody-repo") == json.dumps(nobodys)
+    assert api.stack.job("probe-1") is None
+
+
 def test_producer_refuses_a_job_for_an_unregistered_workspace(stack: Stack) -> None:
     with pytest.raises(WorkspaceUnregisteredError, match="register it first"):
         enqueue_job(

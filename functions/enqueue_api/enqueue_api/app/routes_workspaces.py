@@ -17,7 +17,7 @@ from agent_jobs.registration import WorkspaceRegistration
 from agent_jobs.services import Services
 from agent_jobs.workspaces import WorkspaceOwnedElsewhereError, WorkspaceQuotaError, WorkspaceStatus
 
-from .context import logger, metrics, services, tracer, workspace_registry
+from .context import logger, metrics, registration_checks, services, tracer, workspace_registry
 from .cursors import decode_timeline_token, encode_timeline_token
 from .errors import RequestRefused
 from .openapi import answers
@@ -41,6 +41,11 @@ RegistrationBody = Annotated[
     responses=answers(
         {201: ("Registered.", WorkspaceView), 200: ("Registration updated.", WorkspaceView)},
         (400, 401, 403, 413, 415, 422, 429, 503),
+        descriptions={
+            422: "A field is invalid, names what the tenant may not use (another tenant's token or remote, a private "
+            "host), or names a file-system remote that is no git repository where the API sees the remotes (the "
+            "local runtime); `errors` names each field."
+        },
     ),
 )
 @tracer.capture_method(capture_response=False)
@@ -57,6 +62,7 @@ def register_workspace(
     except WorkspaceQuotaError as quota:
         logger.info("workspace quota used up", extra={"limit": quota.limit})
         raise RequestRefused(HTTPStatus.TOO_MANY_REQUESTS, str(quota)) from None
+    registration_checks().keep(outcome.workspace)  # this process checks the next jobs against what it just stored
     metrics.add_metric(
         name="WorkspacesRegistered" if outcome.created else "WorkspacesUpdated", unit=MetricUnit.Count, value=1
     )
