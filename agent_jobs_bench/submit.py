@@ -12,10 +12,15 @@ from agent_jobs_cli.api import ApiClient
 
 def register_folder_workspaces(api_url: str, token: str, workspace_ids: Iterable[str]) -> None:
     """PUT /workspaces/{workspaceId} for each workspace of a benchmark whose worker runs folder workspaces: the API
-    accepts jobs only for its tenant's registrations, and the remote named here is never used."""
+    accepts jobs only for its tenant's registrations, and only run_tests jobs naming a suite the registration has; the
+    remote and the suite's command named here are never used (a folder workspace records the suite it would run)."""
     client = ApiClient(api_url, token, timeout=60)
     for workspace_id in workspace_ids:
-        body = {"remoteUrl": f"https://git.example.com/bench/{workspace_id}.git", "branch": f"agent/{workspace_id}"}
+        body = {
+            "remoteUrl": f"https://git.example.com/bench/{workspace_id}.git",
+            "branch": f"agent/{workspace_id}",
+            "testCommands": {"unit": ["true"]},
+        }
         status, _ = client.request("PUT", f"/workspaces/{workspace_id}", body)
         if status not in (HTTPStatus.OK, HTTPStatus.CREATED):
             raise RuntimeError(f"PUT /workspaces/{workspace_id} answered {status}")

@@ -21,6 +21,7 @@ from dulwich.web import make_wsgi_chain
 
 from job_worker.jobs import apply_patch
 from job_worker.jobs.context import JobContext
+from job_worker.jobs.errors import PermanentJobError
 from job_worker.jobs.git_workspace import GitRemote, GitWorkspaceStore
 from tests.git.conftest import BASE_BRANCH, apply_patch_job
 from tests.git.test_git_workspace import append_line, branch_job_ids
@@ -127,3 +128,19 @@ def test_over_http_a_stale_cache_is_refused_without_sending_a_pack_then_fetches(
 
 def apply_patch_own_file() -> str:
     return "--- /dev/null\n+++ b/own.txt\n@@ -0,0 +1 @@\n+own\n"
+
+
+def test_over_http_a_remote_the_server_does_not_have_fails_the_job_at_once(
+    tmp_path: Path, served: tuple[str, Requests]
+) -> None:
+    # Given a workspace whose remote URL names a repository the server answers 404 for
+    url, _ = served
+    worker = store(tmp_path, f"{url}no-such-repository.git", "worker-1")
+
+    # When its job runs, Then it fails permanently (no retry can find the repository), saying what to fix
+    with pytest.raises(PermanentJobError) as failed:
+        run(worker, "job-1", append_line(1))
+    assert str(failed.value) == (
+        f"the remote at {url}no-such-repository.git does not exist or is not a git repository; fix the registration "
+        "with PUT /workspaces/ws-1 and resume the workspace"
+    )

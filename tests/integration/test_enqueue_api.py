@@ -268,8 +268,9 @@ def test_submit_job_accepts_a_body_of_the_configured_maximum_and_sends_a_pointer
     # Given a patch that makes the request body exactly MAX_REQUEST_BYTES long
     limit = app.body_limit_bytes(api.stack.settings)
     assert limit == api.stack.settings.max_request_bytes
-    empty = len(json.dumps(job_body("job-big", payload={"patch": "", "commitMessage": "big"})))
-    body = job_body("job-big", payload={"patch": "x" * (limit - empty), "commitMessage": "big"})
+    header = "--- /dev/null\n+++ b/big.txt\n@@ -0,0 +1 @@\n+"  # one line of a new file, as long as the limit allows
+    empty = len(json.dumps(job_body("job-big", payload={"patch": header + "\n", "commitMessage": "big"})))
+    body = job_body("job-big", payload={"patch": header + "x" * (limit - empty) + "\n", "commitMessage": "big"})
     assert len(json.dumps(body)) == limit
 
     response = api.post(body)

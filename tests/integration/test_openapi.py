@@ -20,6 +20,7 @@ from pydantic_core import to_jsonable_python
 
 from agent_jobs.models import ApplyPatchPayload, Author, OpenPrPayload, ResumeRequest, RunTestsJob, RunTestsPayload
 from agent_jobs.registration import WorkspaceRegistration
+from agent_jobs.workspaces import WorkspaceRegistry
 from agent_jobs_local.api_server import http_api_routes
 from agent_jobs_local.event_source import LambdaContextStub
 from agent_jobs_local.template import TemplateModel, load_template
@@ -451,7 +452,7 @@ def test_openapi_describes_each_request_default_as_the_model_fills_it_in(documen
 JOBS_WITHOUT_A_FIELD: dict[tuple[str, str], tuple[dict[str, Any], str]] = {
     # (schema, property) -> a job that leaves the property out, and where the property goes
     ("ApplyPatchPayload", "patchEncoding"): (
-        job_body("job-1", payload={"patch": "--- a/f\n", "commitMessage": "m"}),
+        job_body("job-1", payload={"patch": "--- a/f\n+++ b/f\n@@ -0,0 +1 @@\n+line\n", "commitMessage": "m"}),
         "payload",
     ),
     ("OpenPrPayload", "body"): (job_body("job-1", type="open_pr", payload={"title": "agent changes"}), "payload"),
@@ -477,9 +478,15 @@ def test_openapi_documents_a_default_for_each_optional_job_field_tested_here(doc
 def test_openapi_a_job_sending_a_documented_default_is_the_job_that_leaves_it_out(
     document: dict[str, Any], stack: Stack, monkeypatch: pytest.MonkeyPatch, field: tuple[str, str]
 ) -> None:
-    # Given a job without the optional field, and the same job sending the value the document says the API uses
+    # Given a job without the optional field, and the same job sending the value the document says the API uses,
+    # for a workspace whose registration has what the jobs need (the test suite run_tests names when it names none)
     use_environment(monkeypatch, stack.env("EnqueueApiFunction"))
     api = Api(stack)
+    registration: dict[str, Any] = {"remoteUrl": "https://git.example.com/ws-a.git", "branch": "agent/ws-a"}
+    registration |= {"testCommands": {"default": ["make", "test"]}, "githubRepository": "acme/ws-a"}
+    WorkspaceRegistry(stack.services.dynamodb, stack.table_name).register(
+        "ws-a", WorkspaceRegistration.model_validate(registration), "tenant-demo"
+    )
     left_out, where = JOBS_WITHOUT_A_FIELD[field]
     sent = json.loads(json.dumps(left_out))
     (sent["payload"] if where == "payload" else sent)[field[1]] = documented_defaults(document)[field]

@@ -16,8 +16,9 @@ from agent_jobs import resume as resume_module
 from agent_jobs.guard import FailOutcome
 from agent_jobs.models import DrainMarker, JobStatus, WorkspaceState
 from enqueue_api import app
-from tests.conftest import Stack, make_message
+from tests.conftest import Stack, enqueue, make_job, make_message
 from tests.integration.test_enqueue_api import Api, ApiResponse, _with_claims, load_event, use_environment
+from tests.integration.test_workspace_api import get_event as workspace_get_event
 
 OPERATOR = {"tenant_id": "tenant-1", "scope": "agent-jobs/operator", "sub": "alice"}
 AGENT = {"tenant_id": "tenant-1", "scope": "agent-jobs/submit"}
@@ -198,6 +199,32 @@ def test_list_halted_shows_the_callers_halted_and_resuming_workspaces(api: Resum
     assert seen == {"ws-a", "ws-b"}
     # a page token does not open another tenant's list
     assert api.halted({"nextToken": token}, claims={"tenant_id": "tenant-2"}).status == 400
+
+
+def test_every_answer_showing_a_workspace_names_the_last_applied_job_as_reading_it_does(api: ResumeApi):
+    # Given t1..t6 applied on ws-a, then d1 DEAD halting it
+    enqueue(api.stack, *(make_job(f"t{n}", "ws-a") for n in range(1, 7)), tenant_id="tenant-1")
+    for n in range(1, 7):
+        claim = api.stack.guard.claim(
+            make_message(f"t{n}", "ws-a"), message_id=f"m-t{n}", sequence_number=f"{n:020}", remaining_ms=60_000
+        )
+        assert claim.lease is not None
+        assert api.stack.guard.complete(claim.lease, {"commit": "c" * 40})
+    halt(api.stack, "d1")
+    read = api.invoke(workspace_get_event("ws-a", claims=OPERATOR))
+    assert (read.status, read.body["lastAppliedJobId"]) == (200, "t6")
+
+    # When the operator lists the halted workspaces, decides a job that does not halt it, then skips d1
+    (listed,) = api.halted().body["workspaces"]
+    refused = api.resume("ws-a", "skip", "t6")
+    resumed = api.resume("ws-a", "skip", "d1")
+
+    # Then every answer names the job that reading the workspace names
+    assert (refused.status, resumed.status) == (409, 202)
+    assert resumed.body["lastAppliedJobId"] == "t6"
+    assert refused.body["workspace"]["lastAppliedJobId"] == "t6"
+    assert listed["lastAppliedJobId"] == "t6"
+    assert api.invoke(workspace_get_event("ws-a", claims=OPERATOR)).body == resumed.body
 
 
 @pytest.mark.parametrize("query", [{"state": "ACTIVE"}, {"state": "HALTED", "limit": "0"}])

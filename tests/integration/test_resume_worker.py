@@ -16,9 +16,11 @@ from agent_jobs.guard import FailOutcome, JobGuard
 from agent_jobs.models import DrainMarker, JobStatus, ResumeDecision, WorkspaceState
 from agent_jobs.resume import resume_workspace, send_drain_marker
 from agent_jobs_cli.deadletters import DeadLetterQueue, RedriveOutcome, registered_owners
+from enqueue_api import app
 from job_worker.jobs.errors import PermanentJobError, RetryableJobError
 from job_worker.processing import BatchWorker
 from tests.conftest import HookedWorkspaceStore, Hooks, Stack, enqueue, make_job, make_message
+from tests.integration.test_enqueue_api import Api, use_environment
 
 RETRY, SKIP = ResumeDecision.RETRY, ResumeDecision.SKIP
 
@@ -211,6 +213,45 @@ def test_drain_retry_of_a_job_that_keeps_failing_halts_again(stack, workspaces, 
     assert (workspace["state"], workspace["haltingJobId"]) == (WorkspaceState.HALTED, "d1")
     assert stack.job("p1")["status"] == JobStatus.PARKED
     assert workspaces.commits("ws-a") == []
+
+
+def test_job_retried_by_an_operator_that_succeeds_reads_as_a_success_of_its_second_attempt(
+    stack, workspaces, hooks, lambda_context, monkeypatch
+):
+    # Given d1 DEAD after an attempt that failed, and the workspace halted by it
+    worker = worker_for(stack, workspaces)
+    halted_with_parked(stack, worker, hooks, lambda_context, parked=1)
+    dead = stack.job("d1")
+    assert (dead["attempt"], dead["error"]) == (1, "patch does not apply")
+
+    # When the operator retries it and it succeeds
+    assert resume(stack, "d1").outcome == "RESUMING"
+    run_until_empty(stack, worker, lambda_context)
+    assert workspaces.commits("ws-a") == ["d1", "p1"]
+
+    # Then the agent reading it sees a success after two attempts, with no current error; its history keeps the
+    # failed attempt with its error
+    use_environment(monkeypatch, stack.env("EnqueueApiFunction"))
+    view = Api(stack).get("d1", claims={"tenant_id": "tenant-1"}).body
+    app.reset_services()
+    assert (view["status"], view["attempt"], view["error"]) == (JobStatus.SUCCEEDED, 2, None)
+    assert [(entry["status"], entry.get("error")) for entry in view["history"] if entry["status"] == "DEAD"] == [
+        (JobStatus.DEAD, "patch does not apply")
+    ]
+    assert [entry["status"] for entry in view["history"]][-2:] == ["IN_FLIGHT", "SUCCEEDED"]
+
+
+def test_drained_job_that_failed_once_then_succeeded_shows_no_error(stack, workspaces, hooks, lambda_context):
+    worker = worker_for(stack, workspaces)
+    halted_with_parked(stack, worker, hooks, lambda_context, parked=2)
+    fail_with(hooks, "p1", RetryableJobError("remote unavailable"), times=1)
+    assert resume(stack, "d1").outcome == "RESUMING"
+
+    run_until_empty(stack, worker, lambda_context)
+
+    p1 = stack.job("p1")
+    assert (p1["status"], p1["attempt"], p1.get("error")) == (JobStatus.SUCCEEDED, 2, None)
+    assert "remote unavailable" in [entry.get("error") for entry in p1["history"] if entry["status"] == "PARKED"][-1]
 
 
 def test_stale_marker_is_acknowledged_without_effect(stack, workspaces, hooks, lambda_context):

@@ -4,6 +4,7 @@ run on the real-shaped events in events/."""
 from __future__ import annotations
 
 import json
+import shutil
 from typing import Any
 
 import pytest
@@ -140,3 +141,28 @@ def test_worker_app_patch_over_its_limits_is_dead_at_once_naming_the_limit(
     assert "the patch has 2 hunks; the limit is 1 (PATCH_MAX_HUNKS)" in job["error"]
     assert "raise PATCH_MAX_HUNKS" in job["error"]
     assert git.branch("ws-big") == []
+
+
+@pytest.mark.parametrize("remote_left", ["nothing", "a folder that is not a git repository"])
+def test_worker_app_missing_remote_is_dead_at_once_saying_to_fix_the_registration(
+    worker_app, any_stack, register_git_workspace, lambda_context, remote_left
+):
+    # Given a workspace registered on a remote that is not there (any more)
+    git = register_git_workspace(any_stack, "ws-gone", {"README.md": b"# gone\n"})
+    remote = git.remotes["ws-gone"]
+    shutil.rmtree(remote)
+    if remote_left != "nothing":
+        (remote / "objects").mkdir(parents=True)
+    from tests.conftest import make_job
+
+    enqueue(any_stack, make_job("gone-1", "ws-gone"))
+    # When the worker runs its job
+    assert worker_app.lambda_handler(any_stack.receive(), lambda_context()) == {"batchItemFailures": []}
+    # Then the job is DEAD at its first attempt, saying what is wrong and what to do, and the workspace is halted
+    job = any_stack.job("gone-1")
+    assert (job["status"], job["attempt"]) == ("DEAD", 1)
+    assert job["error"] == (
+        f"the remote at {remote} does not exist or is not a git repository; fix the registration with "
+        "PUT /workspaces/ws-gone and resume the workspace"
+    )
+    assert any_stack.workspace("ws-gone")["state"] == "HALTED"

@@ -6,9 +6,11 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+from dulwich.repo import Repo
 
 from agent_jobs.models import WorkspaceState
 from enqueue_api import app
@@ -303,3 +305,50 @@ def test_sample_put_workspace_event_runs_unchanged(api: WorkspaceApi) -> None:
     assert created.body["branch"] == "agent/repo-delta"
     assert created.body["testCommands"] == {"unit": ["python", "-m", "pytest", "-q"]}
     assert api.read("repo-delta").body["state"] == WorkspaceState.ACTIVE
+
+
+# ---- a file-system remote the API can see -------------------------------------------------------------------------
+
+
+@pytest.fixture
+def local_remotes(api: WorkspaceApi, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A remotes root that is a folder of this machine, as under `make local`: the API sees the remotes in it."""
+    root = tmp_path / "remotes"
+    (root / "tenant-demo").mkdir(parents=True)
+    monkeypatch.setenv("WORKSPACES_REMOTE_ROOT", str(root))
+    app.reset_services()
+    return root
+
+
+@pytest.mark.parametrize("remote_left", ["nothing", "a folder that is not a git repository", "a file"])
+def test_register_workspace_whose_file_remote_is_not_there_is_422_saying_what_to_do(
+    api: WorkspaceApi, local_remotes: Path, remote_left: str
+) -> None:
+    remote = local_remotes / "tenant-demo" / "repo-alpha.git"
+    if remote_left == "a file":
+        remote.write_text("not a repository")
+    elif remote_left != "nothing":
+        (remote / "objects").mkdir(parents=True)
+
+    response = api.put(body=registration(remoteUrl=str(remote)))
+
+    assert response.status == 422
+    expected = (
+        f"the remote at {remote} does not exist or is not a git repository; create it first (git init --bare "
+        f"{remote}), or register the path of a repository that exists"
+    )
+    assert response.body["message"] == expected
+    assert response.field_errors() == {"remoteUrl": expected}
+    assert api.stack.workspace("repo-alpha") is None
+
+
+def test_register_workspace_whose_file_remote_is_a_repository_is_accepted(
+    api: WorkspaceApi, local_remotes: Path
+) -> None:
+    bare = local_remotes / "tenant-demo" / "repo-alpha.git"
+    Repo.init_bare(str(bare), mkdir=True).close()
+    work_tree = local_remotes / "tenant-demo" / "repo-beta"
+    Repo.init(str(work_tree), mkdir=True).close()
+
+    assert api.put("repo-alpha", body=registration(remoteUrl=str(bare))).status == 201
+    assert api.put("repo-beta", body=registration(remoteUrl=f"file://{work_tree}")).status == 201

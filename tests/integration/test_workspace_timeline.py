@@ -16,7 +16,8 @@ from agent_jobs.keys import job_key
 from agent_jobs.models import JobStatus, job_message
 from enqueue_api import app
 from tests.conftest import ManualClock, Stack, make_job, register_workspace
-from tests.integration.test_enqueue_api import ApiResponse, use_environment
+from tests.integration.test_batch_enqueue import batch_event
+from tests.integration.test_enqueue_api import ApiResponse, job_body, use_environment
 from tests.integration.test_workspace_api import REMOTES_ROOT, WorkspaceApi, _at_workspace, get_event
 
 OWNER = {"tenant_id": "tenant-a"}
@@ -165,6 +166,23 @@ def test_timeline_pages_through_jobs_accepted_in_the_same_millisecond(api: Timel
     listed = [job for page in pages for job in page]
     assert sorted(listed) == ["tie-1", "tie-2", "tie-3", "tie-4", "tie-5"]  # each exactly once
     assert listed[0] == "tie-1"
+
+
+def test_timeline_lists_a_batchs_jobs_in_the_order_the_queue_took_them_across_pages(api: TimelineApi) -> None:
+    # Given a batch of ten jobs, whose jobIds sort otherwise as text (c1, c10, c2, ...)
+    job_ids = [f"c{n}" for n in range(1, 11)]
+    response = api.invoke(batch_event({"jobs": [job_body(job_id, "repo-alpha") for job_id in job_ids]}, claims=OWNER))
+    assert [result["statusCode"] for result in response.body["results"]] == [202] * 10
+    queue_order = [
+        result["jobId"] for result in sorted(response.body["results"], key=lambda r: int(r["sequenceNumber"]))
+    ]
+    assert queue_order == job_ids  # the queue takes a batch's jobs of one workspace in the order of the request
+
+    # When the timeline is read a few jobs at a time
+    pages = api.all_pages(limit="3")
+
+    # Then it lists them as the queue took them, which is the order they take effect in
+    assert [job for page in pages for job in page] == job_ids
 
 
 def test_timeline_default_limit_is_25(api: TimelineApi) -> None:

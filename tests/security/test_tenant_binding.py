@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from aws_lambda_powertools import Logger, Metrics
 from botocore.exceptions import ClientError
+from dulwich.repo import Repo
 
 from agent_jobs.models import JobStatus, job_message
 from agent_jobs.producer import WorkspaceUnregisteredError, enqueue_job
@@ -47,7 +48,9 @@ def remotes_root(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def api(stack: Stack, remotes_root: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Api]:
-    """The API function with a remotes root and the template's token prefix, its tenants acme and mallory."""
+    """The API function with a remotes root and the template's token prefix, its tenants acme and mallory; acme's
+    remote repo.git is there (the API refuses to register a remote it sees is missing)."""
+    Repo.init_bare(str(remotes_root / "acme" / "repo.git"), mkdir=True).close()
     use_environment(monkeypatch, {**stack.env("EnqueueApiFunction"), "WORKSPACES_REMOTE_ROOT": str(remotes_root)})
     monkeypatch.setattr(app.metrics, "namespace", "AgentJobsTest")
     yield Api(stack)
@@ -92,6 +95,38 @@ def test_enqueue_batch_answers_404_per_job_of_an_unregistered_workspace(api: Api
     assert [r["statusCode"] for r in results] == [202, 404]
     assert "PUT /workspaces/not-yet-registered" in results[1]["message"]
     assert api.stack.job("j-2") is None
+
+
+@pytest.mark.parametrize("job_type", ["run_tests", "open_pr"])
+def test_jobs_for_another_tenants_workspace_tell_nothing_of_its_registration(
+    api: Api, remotes_root: Path, job_type: str
+) -> None:
+    # Given acme's workspace with one test suite and no GitHub repository
+    body = register_body(f"{remotes_root}/acme/repo.git", testCommands={"unit": ["x"]})
+    assert put(api, "acme-repo", body).status == 201
+
+    # When mallory sends jobs that would not fit it (a suite it lacks, a pull request), and one that would, alone
+    # and in a batch, and the same to a workspace nobody registered
+    def answers(workspace_id: str) -> list[Any]:
+        jobs = [
+            job_body(
+                "probe-1",
+                workspace_id,
+                type=job_type,
+                payload={"suite": "e2e"} if job_type == "run_tests" else {"title": "t"},
+            ),
+            job_body("probe-2", workspace_id, type="run_tests", payload={"suite": "unit"}),
+        ]
+        single = [api.invoke(post_event(job, claims=ATTACKER), register=False) for job in jobs]
+        batch = api.invoke(batch_event({"jobs": jobs}, claims=ATTACKER), register=False)
+        return [(answer.status, answer.body) for answer in single] + [(batch.status, batch.body)]
+
+    theirs, nobodys = answers("acme-repo"), answers("nobody-repo")
+
+    # Then each is the 404 of a workspace nobody registered, word for word: never a word of acme's suites
+    assert [status for status, _ in theirs] == [404, 404, 200]
+    assert json.dumps(theirs).replace("acme-repo", "nobody-repo") == json.dumps(nobodys)
+    assert api.stack.job("probe-1") is None
 
 
 def test_producer_refuses_a_job_for_an_unregistered_workspace(stack: Stack) -> None:
@@ -317,8 +352,24 @@ def test_registering_a_relative_remote_is_422(api: Api, remote: str) -> None:
 
 
 def test_registering_a_file_remote_inside_the_tenants_root_is_accepted(api: Api, remotes_root: Path) -> None:
+    (remotes_root / "acme" / "team" / "repo.git").mkdir(parents=True)
+    Repo.init_bare(str(remotes_root / "acme" / "team" / "repo.git")).close()
     assert put(api, "a", register_body(f"{remotes_root}/acme/repo.git")).status == 201
     assert put(api, "b", register_body(f"file://{remotes_root}/acme/team/repo.git")).status == 201
+
+
+def test_registering_tells_nothing_of_whether_another_tenants_remote_exists(api: Api, remotes_root: Path) -> None:
+    # Given mallory's remote, and a name beside it that is no remote
+    Repo.init_bare(str(remotes_root / "mallory" / "repo.git"), mkdir=True).close()
+
+    # When acme registers each
+    there = put(api, "acme-repo", register_body(f"{remotes_root}/mallory/repo.git"))
+    not_there = put(api, "acme-repo", register_body(f"{remotes_root}/mallory/other.git"))
+
+    # Then both are refused for lying outside acme's remotes, in the same words: never that one is missing
+    assert (there.status, not_there.status) == (422, 422)
+    assert there.body == not_there.body
+    assert "does not exist" not in json.dumps(there.body)
 
 
 def test_file_remotes_are_refused_without_a_remotes_root(api: Api, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -41,10 +41,17 @@ function step(name: string, facts: Record<string, unknown>): void {
 
 const patch = (line: string): string => `--- a/notes.txt\n+++ b/notes.txt\n@@ -0,0 +1 @@\n+${line}\n`;
 
-// A registration with the two fields it needs: baseBranch, testCommands and the GitHub fields are optional.
+// A registration with what the jobs below need besides its two required fields: the test suite a run_tests job runs
+// when it names none ("default"), and the GitHub repository an open_pr job opens its pull request on (the API refuses
+// a job its workspace cannot run). baseBranch is left out: the API uses "main".
 const registered = await client.PUT("/workspaces/{workspaceId}", {
   params: { path: { workspaceId } },
-  body: { remoteUrl: settings.remoteUrl, branch: "agent/typescript" },
+  body: {
+    remoteUrl: settings.remoteUrl,
+    branch: "agent/typescript",
+    testCommands: { default: ["npm", "test"] },
+    githubRepository: "agents/typescript",
+  },
 });
 expect(registered.response.status === 201 && registered.data !== undefined, "register", registered.error);
 step("registerWorkspace", {

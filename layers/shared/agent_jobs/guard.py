@@ -20,10 +20,17 @@ from agent_jobs.store.codec import (
     to_item,
     wire,
 )
-from agent_jobs.store.conditions import HALTED_INDEX, PARKED_INDEX, PENDING_INDEX, WORKSPACE_INDEX
+from agent_jobs.store.conditions import (
+    ATTEMPTS_BEFORE_RETRY,
+    HALTED_INDEX,
+    PARKED_INDEX,
+    PENDING_INDEX,
+    WORKSPACE_INDEX,
+)
 from agent_jobs.store.results import AcceptResult, ClaimResult, HaltedPage, JobPage, Lease, ResumeResult
 
 __all__ = [
+    "ATTEMPTS_BEFORE_RETRY",
     "HALTED_INDEX",
     "MAX_STORED_BODY_CHARS",
     "MAX_STORED_ERROR_CHARS",

@@ -2,11 +2,13 @@
 checks them again before any parsing: a message can reach the queue other ways).
 
 Each limit bounds the work one patch can cost a worker: the bytes bound parsing, the hunks bound the searches, and
-the search window bounds each search (`jobs.patching`).
+the search window bounds each search (`jobs.patching`). The API also refuses a "patch" that is no diff at all
+(`not_a_diff_error`), which the worker's parser would refuse after the job was accepted.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
@@ -18,6 +20,9 @@ DEFAULT_PATCH_MAX_HUNKS: Final = 5_000
 DEFAULT_PATCH_SEARCH_WINDOW_LINES: Final = 1_000
 
 _SPLIT_IT = "split the change into several apply_patch jobs (they run in order)"
+# What every diff the worker can apply has: a git diff header, or a unified diff's file header and its first hunk.
+_GIT_DIFF_HEADER = re.compile(r"^diff --git ", re.MULTILINE)
+_UNIFIED_DIFF_FILE = re.compile(r"^--- [^\n]*\n\+\+\+ [^\n]*\n@@ -", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -62,4 +67,16 @@ def hunk_count_error(hunks: int, limits: PatchLimits, what: str = "hunks") -> st
     return (
         f"the patch has {hunks} {what}; the limit is {limits.max_hunks} (PATCH_MAX_HUNKS): {_SPLIT_IT}, or raise "
         "PATCH_MAX_HUNKS in the environment of the API and worker functions"
+    )
+
+
+def not_a_diff_error(patch: str) -> str | None:
+    """Why `patch` is no diff at all, or None: it has neither a git diff header (`diff --git`, which also starts a
+    rename, a mode change or a binary file) nor a unified diff's file header with a hunk (`---`, `+++`, `@@ -`).
+    Two searches of the text, no parsing: whether a diff applies is the worker's to find."""
+    if _GIT_DIFF_HEADER.search(patch) or _UNIFIED_DIFF_FILE.search(patch):
+        return None
+    return (
+        "the patch is not a diff: it has no git diff header (diff --git) and no file header with a hunk (--- a/<path>,"
+        " +++ b/<path>, @@ -<line> ...); send what git diff (or diff -u) prints for the change"
     )

@@ -15,6 +15,8 @@ from agent_jobs.quotas import JobQuotas
 from agent_jobs.services import Services, build_services
 from agent_jobs.workspaces import WorkspaceRegistry
 
+from .registration_checks import RegistrationChecks
+
 if TYPE_CHECKING:
     from mypy_boto3_sqs.client import SQSClient
 
@@ -35,6 +37,14 @@ def services() -> Services:
 def reset_services() -> None:
     """Forget the cached clients and settings; the next invocation builds them from the environment again."""
     services.cache_clear()
+    registration_checks.cache_clear()
+
+
+@functools.cache
+def registration_checks() -> RegistrationChecks:
+    """The registrations jobs are checked against at submit, kept while the environment is warm."""
+    svc = services()
+    return RegistrationChecks(workspace_registry(svc), svc.guard)
 
 
 def job_quotas(svc: Services) -> JobQuotas:

@@ -49,17 +49,19 @@ def answers(
     refusals: Sequence[int],
     models: Mapping[int, type[BaseModel]] | None = None,
     retry_after: Sequence[int] = (HTTPStatus.SERVICE_UNAVAILABLE,),
+    descriptions: Mapping[int, str] | None = None,
 ) -> dict[int, OpenAPIResponse]:
     """A route's `responses`: each success status with its description and model, then each refusal status with
-    the API's error answer (`{"message", "errors"?}`) unless `models` names another model for it. The statuses of
-    `retry_after` carry a Retry-After header."""
+    the API's error answer (`{"message", "errors"?}`) unless `models` names another model for it, described as every
+    route's unless `descriptions` says what it means for this route. The statuses of `retry_after` carry a Retry-After
+    header."""
     documented: dict[int, OpenAPIResponse] = {}
     for status, (description, model) in success.items():
         documented[status] = {"description": description, "content": {JSON_MEDIA_TYPE: {"model": model}}}
     for status in refusals:
         model = (models or {}).get(status, ErrorView)
         documented[status] = {
-            "description": _REFUSAL_DESCRIPTIONS[status],
+            "description": (descriptions or {}).get(status, _REFUSAL_DESCRIPTIONS[status]),
             "content": {JSON_MEDIA_TYPE: {"model": model}},
         }
     for waiting_helps in retry_after:

@@ -74,7 +74,7 @@ def resume(
     if result.outcome in (ResumeOutcome.NOT_FOUND, ResumeOutcome.OTHER_TENANT):
         # Another tenant's workspace is answered as one that does not exist: no oracle of other tenants' ids.
         raise RequestRefused(HTTPStatus.NOT_FOUND, f"no halted workspace '{workspace_id}'; check the workspaceId")
-    view = workspace_item_view(workspace_id, result.workspace or {})
+    view = workspace_item_view(svc.guard, workspace_id, result.workspace or {}, tenant)
     if result.outcome in _RESUME_CONFLICTS:
         logger.info("resume refused", extra={"outcome": str(result.outcome)})
         metrics.add_metric(name="ResumesRefused", unit=MetricUnit.Count, value=1)
@@ -105,6 +105,8 @@ def list_halted_workspaces(
     page = svc.guard.list_halted(tenant, limit=limit, start_key=start_key)
     metrics.add_metric(name="HaltedWorkspacesListed", unit=MetricUnit.Count, value=1)
     return HaltedWorkspacesView(
-        workspaces=[workspace_item_view(str(item.get("workspaceId")), item) for item in page.workspaces],
+        workspaces=[
+            workspace_item_view(svc.guard, str(item.get("workspaceId")), item, tenant) for item in page.workspaces
+        ],
         next_token=encode_halted_token(page.next_key) if page.next_key else None,
     )

@@ -5,7 +5,7 @@
 # module could not resolve names of this one.
 
 from http import HTTPStatus
-from typing import Annotated
+from typing import Annotated, Final
 
 from aws_lambda_powertools.event_handler import Response, content_types
 from aws_lambda_powertools.event_handler.api_gateway import Router
@@ -23,11 +23,11 @@ from agent_jobs.producer import (
 )
 from agent_jobs.quotas import QuotaExceededError
 
-from .context import logger, metrics, producer, services, tracer
+from .context import logger, metrics, producer, registration_checks, services, tracer
 from .errors import RequestRefused
 from .openapi import answers
 from .params import JobIdInPath
-from .rules import check_batch, check_job
+from .rules import check_batch, check_batch_fits, check_job, check_job_fits
 from .schemas import BatchItemView, ConflictView, JobAcceptedView, JobBatchRequest, JobBatchView, JobView
 from .tenancy import CallerTenant
 from .views import public_job_view
@@ -38,6 +38,16 @@ JobBody = Annotated[
 BatchBody = Annotated[
     JobBatchRequest, Body(embed=False, description="1 to 10 jobs, each as POST /jobs takes it, with distinct jobIds.")
 ]
+
+JOB_REFUSED: Final = (
+    "A field is invalid, or the job does not fit its workspace: a run_tests suite the registration lacks, an open_pr "
+    "on a workspace without githubRepository, an apply_patch patch that is no diff or is over PATCH_MAX_BYTES or "
+    "PATCH_MAX_HUNKS. `errors` names each field; the message says what to fix. Nothing was accepted."
+)
+BATCH_REFUSED: Final = (
+    "A job of the batch is invalid or does not fit its workspace (as POST /jobs refuses it), or a jobId appears "
+    "twice: `errors` names each field as `jobs.<index>.<field>`. Nothing was accepted."
+)
 
 router = Router()  # type: ignore[no-untyped-call]  # Powertools leaves it unannotated
 
@@ -51,12 +61,14 @@ router = Router()  # type: ignore[no-untyped-call]  # Powertools leaves it unann
         (400, 401, 403, 404, 409, 413, 415, 422, 429, 503),
         models={409: ConflictView},
         retry_after=(HTTPStatus.TOO_MANY_REQUESTS, HTTPStatus.SERVICE_UNAVAILABLE),
+        descriptions={422: JOB_REFUSED},
     ),
 )
 @tracer.capture_method(capture_response=False)
 def submit_job(job: JobBody, tenant: CallerTenant) -> Response[JobAcceptedView]:
     svc = services()
     check_job(job, svc.settings)
+    check_job_fits(job, tenant, registration_checks())
     logger.append_keys(job_id=job.job_id, workspace_id=job.workspace_id, job_type=str(job.type))
     tracer.put_annotation("jobId", job.job_id)
     try:
@@ -97,6 +109,7 @@ def submit_job(job: JobBody, tenant: CallerTenant) -> Response[JobAcceptedView]:
     responses=answers(
         {200: ("The batch was processed: one result per job, each with its own statusCode.", JobBatchView)},
         (400, 401, 403, 413, 415, 422, 503),
+        descriptions={422: BATCH_REFUSED},
     ),
 )
 @tracer.capture_method(capture_response=False)
@@ -104,6 +117,7 @@ def submit_jobs(batch: BatchBody, tenant: CallerTenant) -> Response[JobBatchView
     svc = services()
     jobs = batch.jobs
     check_batch(jobs, svc.settings)
+    check_batch_fits(jobs, tenant, registration_checks())
     logger.append_keys(job_ids=[job.job_id for job in jobs])
     results = enqueue_jobs(jobs, tenant, **producer(svc))
     counts = {

@@ -17,7 +17,7 @@ from agent_jobs.registration import WorkspaceRegistration
 from agent_jobs.services import Services
 from agent_jobs.workspaces import WorkspaceOwnedElsewhereError, WorkspaceQuotaError, WorkspaceStatus
 
-from .context import logger, metrics, services, tracer, workspace_registry
+from .context import logger, metrics, registration_checks, services, tracer, workspace_registry
 from .cursors import decode_timeline_token, encode_timeline_token
 from .errors import RequestRefused
 from .openapi import answers
@@ -25,7 +25,7 @@ from .params import TIMELINE_LIMIT_DEFAULT, PageToken, TimelineLimit, WorkspaceI
 from .rules import check_registration
 from .schemas import JobTimelineView, WorkspaceStatusView, WorkspaceView
 from .tenancy import CallerTenant
-from .views import PUBLIC_JOB_FIELDS, public_job_view, public_workspace_status_view, public_workspace_view
+from .views import STORED_JOB_FIELDS, public_job_view, public_workspace_view, workspace_state_view
 
 router = Router()  # type: ignore[no-untyped-call]  # Powertools leaves it unannotated
 
@@ -41,6 +41,11 @@ RegistrationBody = Annotated[
     responses=answers(
         {201: ("Registered.", WorkspaceView), 200: ("Registration updated.", WorkspaceView)},
         (400, 401, 403, 413, 415, 422, 429, 503),
+        descriptions={
+            422: "A field is invalid, names what the tenant may not use (another tenant's token or remote, a private "
+            "host), or names a file-system remote that is no git repository where the API sees the remotes (the "
+            "local runtime); `errors` names each field."
+        },
     ),
 )
 @tracer.capture_method(capture_response=False)
@@ -57,6 +62,7 @@ def register_workspace(
     except WorkspaceQuotaError as quota:
         logger.info("workspace quota used up", extra={"limit": quota.limit})
         raise RequestRefused(HTTPStatus.TOO_MANY_REQUESTS, str(quota)) from None
+    registration_checks().keep(outcome.workspace)  # this process checks the next jobs against what it just stored
     metrics.add_metric(
         name="WorkspacesRegistered" if outcome.created else "WorkspacesUpdated", unit=MetricUnit.Count, value=1
     )
@@ -79,13 +85,12 @@ def register_workspace(
 def read_workspace(workspace_id: WorkspaceIdInPath, tenant: CallerTenant) -> WorkspaceStatusView:
     """The workspace's registration and state, and `lastAppliedJobId`: derived at read time (the worker writes
     nothing for it), at the cost of one Query of the GSI `byWorkspace` besides the GetItem of the workspace item
-    (see `JobGuard.last_succeeded_job`)."""
+    (`workspace_state_view`, as every answer that shows a workspace)."""
     svc = services()
     logger.append_keys(workspace_id=workspace_id)
     status = visible_workspace(svc, workspace_id, tenant)
-    last_applied = svc.guard.last_succeeded_job(workspace_id, tenant)
     metrics.add_metric(name="WorkspacesRead", unit=MetricUnit.Count, value=1)
-    return public_workspace_status_view(status, last_applied.get("jobId") if last_applied else None)
+    return workspace_state_view(svc.guard, status, tenant)
 
 
 @router.get(
@@ -108,15 +113,16 @@ def list_workspace_jobs(
     of the timeline, and it needs no second index. The price: acceptedAt is the producer's clock, taken just before
     the send, so two jobs submitted to one workspace at the same moment by different callers can be listed in the
     other order than the queue runs them, and ties keep an arbitrary but stable order. Jobs submitted one after the
-    other (each after the previous one's 202) are listed in queue order. Each view carries its `sequenceNumber`,
-    the order jobs take effect in.
+    other (each after the previous one's 202) are listed in queue order, and so are the jobs of one batch, whose
+    acceptedAt the store spaces a millisecond apart in batch order (`record_accepted_batch`). Each view carries its
+    `sequenceNumber`, the order jobs take effect in.
     """
     svc = services()
     logger.append_keys(workspace_id=workspace_id)
     start_key = decode_timeline_token(next_token, workspace_id)
     visible_workspace(svc, workspace_id, tenant)
     page = svc.guard.workspace_jobs(
-        workspace_id, tenant, limit=limit, start_key=start_key, attributes=PUBLIC_JOB_FIELDS
+        workspace_id, tenant, limit=limit, start_key=start_key, attributes=STORED_JOB_FIELDS
     )
     metrics.add_metric(name="TimelinesRead", unit=MetricUnit.Count, value=1)
     return JobTimelineView(

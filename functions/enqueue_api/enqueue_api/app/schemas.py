@@ -83,15 +83,24 @@ class JobView(_View):
     tenant_id: str | None
     type: str | None
     status: str | None = Field(description="QUEUED, IN_FLIGHT, SUCCEEDED, FAILED, DEAD, REJECTED, PARKED or SKIPPED.")
-    attempt: int | None = Field(description="Claims by a worker, counting those of invocations that never came back.")
-    failures: int | None = Field(description="Failed attempts recorded: MaxAttempts of them make the job DEAD.")
+    attempt: int | None = Field(
+        description="Claims of the job by a worker over its whole life, an operator's retry included: a claim whose "
+        "invocation never came back counts, one taken back because the workspace was halted does not."
+    )
+    failures: int | None = Field(
+        description="Failed attempts recorded since the job was accepted or last retried by an operator: MaxAttempts "
+        "of them make the job DEAD."
+    )
     accepted_at: int | None = Field(description="Epoch milliseconds.")
     updated_at: int | None
     finished_at: int | None
     message_id: str | None
     sequence_number: str | None = Field(description="The queue's SequenceNumber: the order jobs take effect in.")
     result: dict[str, Any] | None
-    error: str | None
+    error: str | None = Field(
+        description="Why the job's last attempt failed, or why it was rejected; null while it runs again and once it "
+        "SUCCEEDED (its history keeps each failed attempt's error)."
+    )
     history: list[dict[str, Any]] | None
 
 

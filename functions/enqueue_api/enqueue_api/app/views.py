@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from agent_jobs.guard import ATTEMPTS_BEFORE_RETRY, JobGuard
 from agent_jobs.registration import RegisteredWorkspace
 from agent_jobs.workspaces import WorkspaceStatus, workspace_status
 
@@ -26,6 +27,9 @@ PUBLIC_JOB_FIELDS: Final = (
     "error",
     "history",
 )
+# What a job's view is made of: its public fields, and the claims made before an operator's retry, which its `attempt`
+# counts too.
+STORED_JOB_FIELDS: Final = (*PUBLIC_JOB_FIELDS, ATTEMPTS_BEFORE_RETRY)
 PUBLIC_WORKSPACE_FIELDS: Final = (
     "workspaceId",
     "tenantId",
@@ -43,8 +47,12 @@ PUBLIC_WORKSPACE_STATE_FIELDS: Final = ("state", "haltingJobId", "haltReason", "
 
 
 def public_job_view(item: dict[str, Any]) -> JobView:
-    """What a tenant may see of its job: never the lease owner or stored message bodies."""
-    return JobView.model_validate({name: item.get(name) for name in PUBLIC_JOB_FIELDS})
+    """What a tenant may see of its job: never the lease owner or stored message bodies. Its `attempt` is every claim
+    of the job's life: the store counts the claims since an operator's retry apart (the bound on claims)."""
+    view = {name: item.get(name) for name in PUBLIC_JOB_FIELDS}
+    if item.get(ATTEMPTS_BEFORE_RETRY):
+        view["attempt"] = int(item.get("attempt") or 0) + int(item[ATTEMPTS_BEFORE_RETRY])
+    return JobView.model_validate(view)
 
 
 def public_workspace_view(workspace: RegisteredWorkspace) -> WorkspaceView:
@@ -72,8 +80,17 @@ def public_workspace_status_view(
     return WorkspaceStatusView.model_validate(view)
 
 
-def workspace_item_view(workspace_id: str, item: dict[str, Any]) -> WorkspaceStatusView:
-    return public_workspace_status_view(workspace_status(workspace_id, item))
+def workspace_state_view(guard: JobGuard, status: WorkspaceStatus, tenant: str) -> WorkspaceStatusView:
+    """`public_workspace_status_view` with the workspace's `lastAppliedJobId`, from its one source for every answer
+    that shows a workspace: derived at read time from the `byWorkspace` index (`JobGuard.last_succeeded_job`: one
+    Query, as the worker writes nothing for it)."""
+    last_applied = guard.last_succeeded_job(status.workspace_id, tenant)
+    return public_workspace_status_view(status, last_applied.get("jobId") if last_applied else None)
+
+
+def workspace_item_view(guard: JobGuard, workspace_id: str, item: dict[str, Any], tenant: str) -> WorkspaceStatusView:
+    """`workspace_state_view` of a workspace item as the store answered it."""
+    return workspace_state_view(guard, workspace_status(workspace_id, item), tenant)
 
 
 def _registration_fields(workspace: RegisteredWorkspace) -> dict[str, Any]:

@@ -160,7 +160,7 @@ class GitWorkspace:
         self.patch_limits = patch_limits or PatchLimits()
         self._branch = Ref(b"refs/heads/" + remote.branch.encode())
         self._base = Ref(b"refs/heads/" + remote.base_branch.encode())
-        self._transport = RemoteTransport(remote, self.limits)
+        self._transport = RemoteTransport(remote, self.limits, workspace_id=workspace_id)
 
     # -- the Workspace protocol -------------------------------------------------------------------------------
 

@@ -113,14 +113,21 @@ class AcceptanceStore(StoreBase):
         one job, so there are at most as many rounds as jobs). Like `record_accepted`, this relies on DynamoDB
         reporting every item's reason. A cancellation without a failed condition (a conflicting transaction,
         throttling) raises: retrying the batch is safe.
+
+        The jobs' acceptedAt are one millisecond apart in batch order, the last one the time of the write: a
+        workspace's timeline (the `byWorkspace` index, by acceptedAt) lists them in the order the batch sends them,
+        which is the order the queue takes them, never in an order of their keys; and none is later than the write,
+        so a job recorded after the batch is not listed before its jobs (but for a tie in one millisecond, as between
+        any two jobs).
         """
         results: dict[int, AcceptResult] = {}
         remaining = list(range(len(messages)))
+        last = len(messages) - 1
         for _ in range(len(messages) + 1):
             if not remaining:
                 break
             now = self._clock()
-            items = {index: self._queued_item(messages[index], now) for index in remaining}
+            items = {index: self._queued_item(messages[index], now - (last - index)) for index in remaining}
             workspaces: dict[str, str] = {}  # workspace -> tenant, in first-seen order
             for index in remaining:
                 workspaces.setdefault(messages[index].workspace_id, message_tenant(messages[index]))

@@ -30,6 +30,10 @@ WORKSPACE_INDEX = "byWorkspace"
 # Pending jobs ahead of a job that a claim reads at most, and names at most in a halt reason.
 MAX_MISSING_LISTED = 25
 
+# The claims a job had before an operator's retry started its attempts again (`attempt` is the claims since, which
+# `Settings.max_claims` bounds): what a tenant sees as the job's `attempt` counts both.
+ATTEMPTS_BEFORE_RETRY = "attemptsBeforeRetry"
+
 # A failed attempt may be retried while fewer than max_attempts - 1 failures are recorded (`:lastfailure`); a retried
 # one counts one more (`StoreBase._failure_values` gives the three values).
 FAILURES_LEFT = "(attribute_not_exists(failures) OR failures < :lastfailure)"

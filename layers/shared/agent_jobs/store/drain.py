@@ -99,10 +99,11 @@ class DrainStore(HaltStore):
             job_key(tenant_id, job_id),
             "SET #status = :inflight, attempt = if_not_exists(attempt, :zero) + :one, leaseOwner = :owner,"
             " leaseExpiresAt = :exp, updatedAt = :now, history = list_append(if_not_exists(history, :empty), :entry)"
-            " REMOVE parkedWorkspace, parkedSeq",
+            # a job running again has no current error: its history keeps the failed attempts' errors
+            " REMOVE parkedWorkspace, parkedSeq, #error",
             values,
             condition=job_condition,
-            names={"#status": "status"},
+            names={"#status": "status", "#error": "error"},
             return_old=True,
         )
         ws_values: dict[str, Any] = {

@@ -192,7 +192,8 @@ class LeaseStore(DrainStore):
         return ClaimResult(ClaimOutcome.CONTENDED, previous=old)
 
     def complete(self, lease: Lease, result: Mapping[str, Any]) -> bool:
-        """SUCCEEDED, conditional on still owning the lease. False means another worker took over: nothing written."""
+        """SUCCEEDED, conditional on still owning the lease. False means another worker took over: nothing written.
+        A job that failed before and succeeded now has no `error` (its history keeps each failed attempt's)."""
         now = self._clock()
         values = {
             ":succeeded": str(JobStatus.SUCCEEDED),
@@ -206,10 +207,10 @@ class LeaseStore(DrainStore):
                 self._update(
                     job_key(lease.tenant_id, lease.job_id),
                     "SET #status = :succeeded, #result = :result, updatedAt = :now, finishedAt = :now,"
-                    f" history = list_append(history, :entry) REMOVE pendingWorkspace, {RUNNING_ATTRIBUTES}",
+                    f" history = list_append(history, :entry) REMOVE pendingWorkspace, #error, {RUNNING_ATTRIBUTES}",
                     values,
                     condition=condition,
-                    names={"#status": "status", "#result": "result"},
+                    names={"#status": "status", "#result": "result", "#error": "error"},
                 )
             ]
         )

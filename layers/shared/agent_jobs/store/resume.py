@@ -12,6 +12,7 @@ from agent_jobs.core.transitions import DECIDABLE, JobAction, WorkspaceAction, j
 from agent_jobs.keys import job_key, parked_sequence, workspace_key
 from agent_jobs.models import JobStatus, ResumeDecision, WorkspaceState
 from agent_jobs.store.codec import Item
+from agent_jobs.store.conditions import ATTEMPTS_BEFORE_RETRY
 from agent_jobs.store.results import ResumeResult
 
 if TYPE_CHECKING:
@@ -214,9 +215,12 @@ class ResumeStore(HaltStore):
                     ":entry": [{"status": str(JobStatus.PARKED), **entry}],
                 }
             )
-            # Attempts start again; the job keeps its SequenceNumber, so the drain runs it before the jobs behind it.
+            # Attempts start again, the claims made so far kept aside (a job's view counts every claim of its life);
+            # the job keeps its SequenceNumber, so the drain runs it before the jobs behind it.
             expression = (
-                "SET #status = :parked, attempt = :zero, parkedWorkspace = :pws, parkedSeq = :pseq,"
+                f"SET {ATTEMPTS_BEFORE_RETRY} = if_not_exists({ATTEMPTS_BEFORE_RETRY}, :zero)"
+                " + if_not_exists(attempt, :zero),"
+                " #status = :parked, attempt = :zero, parkedWorkspace = :pws, parkedSeq = :pseq,"
                 " parkedReason = :reason, updatedAt = :now,"
                 " history = list_append(if_not_exists(history, :empty), :entry)"
                 " REMOVE failures"

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from dulwich.client import LocalGitClient, get_transport_and_path
 from dulwich.config import ConfigDict
+from dulwich.errors import NotGitRepository
 from dulwich.file import FileLocked
 from dulwich.objects import ObjectID, ShaFile
 from dulwich.pack import UnpackedObject, generate_unpacked_objects
@@ -77,11 +78,15 @@ class _RemoteRefusedError(Exception):
 
 
 class RemoteTransport:
-    """How a workspace reads and writes its remote (`client`: dulwich's, for the remote's url and credentials)."""
+    """How a workspace reads and writes its remote (`client`: dulwich's, for the remote's url and credentials).
 
-    def __init__(self, remote: GitRemote, limits: GitLimits) -> None:
+    A remote that is not there (a folder that is no git repository, or nothing; an HTTPS server answering 404) fails
+    the job at once (`missing_remote`): no retry can find it, only a new registration."""
+
+    def __init__(self, remote: GitRemote, limits: GitLimits, *, workspace_id: str | None = None) -> None:
         self.remote = remote
         self.limits = limits
+        self.workspace_id = workspace_id
         credentials = remote.credentials
         self.client, remote_path = get_transport_and_path(
             remote.url,
@@ -107,7 +112,7 @@ class RemoteTransport:
         # As dulwich's GitClient.fetch does, but the pack goes through PackGuard on its way to a file that the
         # system removes even if this process dies, and a local remote is read through its size-checking client.
         client = SizeCheckingLocalClient(self.limits, self.remote.display_url) if self.local_root() else self.client
-        with tempfile.TemporaryFile(dir=repo.object_store.path, prefix="incoming-") as pack:
+        with tempfile.TemporaryFile(dir=repo.object_store.path, prefix="incoming-") as pack, self._remote_there():
             guard = PackGuard(pack, self.limits, self.remote.display_url)
             client.fetch_pack(self._path, wants, repo.get_graph_walker(), guard.receive, ref_prefix=list(wanted))
             guard.finish()
@@ -141,7 +146,7 @@ class RemoteTransport:
 
         for first_try in (True, False):
             try:
-                with self._pushing():
+                with self._pushing(), self._remote_there():
                     result = self.client.send_pack(self._path, update_refs, generate_pack_data=pack_data)
                 break
             except _RemoteRefusedError:
@@ -156,7 +161,8 @@ class RemoteTransport:
             return True
         # Refused after the check: a compare-and-swap lost in the remote, or a rule of the remote (protected branch,
         # hook). Only the first is a moved head; the second must not be retried as if it were.
-        remote_now = self.client.get_refs(self._path).refs
+        with self._remote_there():
+            remote_now = self.client.get_refs(self._path).refs
         current = {name: sha for name, sha in remote_now.items() if sha is not None}
         if not still_expected(current):
             return False
@@ -191,6 +197,22 @@ class RemoteTransport:
             )
 
         return pack_data
+
+    def missing_remote(self) -> PermanentJobError:
+        """The error of a job whose remote is not there: what to fix, and where."""
+        workspace_id = self.workspace_id or "<workspaceId>"
+        return PermanentJobError(
+            f"the remote at {self.remote.display_url} does not exist or is not a git repository; fix the registration "
+            f"with PUT /workspaces/{workspace_id} and resume the workspace"
+        )
+
+    @contextmanager
+    def _remote_there(self) -> Iterator[None]:
+        """dulwich's NotGitRepository, from a local remote's folder or an HTTPS remote's 404, as `missing_remote`."""
+        try:
+            yield
+        except NotGitRepository as error:
+            raise self.missing_remote() from error
 
     def local_root(self) -> Path | None:
         return Path(os.fsdecode(self._path)) if isinstance(self.client, LocalGitClient) else None
