@@ -15,7 +15,7 @@ from typing import Annotated
 
 import typer
 
-from agent_jobs_cli.commands import bench, dlq, jobs, local, plan, tenants, workspaces
+from agent_jobs_cli.commands import bench, dlq, jobs, local, plan, registration, tenants, workspaces
 from agent_jobs_cli.context import CliState
 from agent_jobs_cli.targets import CONNECTION_FILE_ENV, DEFAULT_CONNECTION_FILE, PROJECT_ROOT
 
@@ -32,6 +32,8 @@ app.add_typer(status_app, name="status")
 app.add_typer(dlq_app, name="dlq", no_args_is_help=True)
 tenants_app = typer.Typer(help="Tenants' shares of the worker (AWS credentials, not the API).")
 app.add_typer(tenants_app, name="tenants", no_args_is_help=True)
+workspaces_app = typer.Typer(help="Register a workspace (PUT /workspaces/{id}).")
+app.add_typer(workspaces_app, name="workspaces", no_args_is_help=True)
 
 
 @app.callback()
@@ -76,6 +78,7 @@ app.command()(workspaces.watch)
 app.command()(workspaces.halted)
 app.command()(workspaces.resume)
 app.command()(local.token)
+workspaces_app.command("register")(registration.register_command())
 # The dead-letter queue, with AWS credentials.
 dlq_app.command("list")(dlq.dlq_list)
 dlq_app.command("show")(dlq.dlq_show)

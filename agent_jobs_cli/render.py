@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import time
 from collections.abc import Iterable
 from typing import Any, Final
@@ -43,7 +44,7 @@ def fields_table(pairs: Iterable[tuple[str, Any]]) -> Table:
     table.add_column(style="bold")
     table.add_column(overflow="fold")
     for name, value in pairs:
-        if value is None or value == "":
+        if value is None or value == "" or (isinstance(value, Text) and not value.plain):
             continue
         table.add_row(name, value if isinstance(value, Text) else Text(str(value)))
     return table
@@ -82,7 +83,7 @@ def last_resume_text(last: Any) -> str | None:
     return text + (f" at {when(last.get('at'))}" if last.get("at") else "")
 
 
-def workspace_panel(workspace: dict[str, Any]) -> Panel:
+def workspace_panel(workspace: dict[str, Any], title: str | None = None) -> Panel:
     facts = fields_table(
         [
             ("state", styled(workspace.get("state"))),
@@ -94,9 +95,23 @@ def workspace_panel(workspace: dict[str, Any]) -> Panel:
             ("remote", workspace.get("remoteUrl")),
             ("branch", workspace.get("branch")),
             ("base branch", workspace.get("baseBranch")),
+            ("test suites", test_suites_text(workspace.get("testCommands"))),
+            ("GitHub", workspace.get("githubRepository")),
+            ("GitHub API", workspace.get("githubApiUrl")),
+            ("token", workspace.get("tokenParameter")),
         ]
     )
-    return Panel(facts, title=f"workspace {workspace.get('workspaceId')}", expand=False)
+    return Panel(facts, title=title or f"workspace {workspace.get('workspaceId')}", expand=False)
+
+
+def test_suites_text(commands: Any) -> str | None:
+    """`unit: python -m pytest -q` per registered suite, one a line (the argv quoted as a shell would need)."""
+    if not isinstance(commands, dict) or not commands:
+        return None
+    return "\n".join(
+        f"{name}: {shlex.join(str(a) for a in argv) if isinstance(argv, list) else argv}"
+        for name, argv in commands.items()
+    )
 
 
 def jobs_table(jobs: list[dict[str, Any]], title: str | None = None) -> Table:
