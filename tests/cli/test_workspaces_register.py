@@ -60,7 +60,9 @@ def test_workspaces_register_makes_a_relative_remote_path_absolute(
     remote = create_remote(remote_path(cli.runtime.remotes_root, "ws-reg-rel", TENANT), "ws-reg-rel")
     monkeypatch.chdir(remote.parent)
 
-    result = cli.run("workspaces", "register", "ws-reg-rel", "--remote-url", remote.name, "--branch", "agent/x", "--json")
+    result = cli.run(
+        "workspaces", "register", "ws-reg-rel", "--remote-url", remote.name, "--branch", "agent/x", "--json"
+    )
 
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["remoteUrl"] == str(remote)
