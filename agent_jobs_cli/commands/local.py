@@ -177,6 +177,7 @@ def local(
                     f"  git server   https://{samples.git_server.container_netloc}/{SAMPLE_TENANT}/  (for containers:"
                     f" {', '.join(SERVED_OVER_HTTPS)}; its CA {local_ca_path()})"
                 )
+        print_state(console, runtime)
         if github is not None:
             print_github_stand_in(console, github, runtime.remotes_root, tenant)
         print_local_tokens(console, runtime.api_url, tenant)
@@ -193,6 +194,21 @@ def local(
                 )
         except KeyboardInterrupt:
             pass
+        if runtime.emulator is not None:
+            console.print(f"Stopped: its workspaces and jobs are gone; the remotes under {runtime.remotes_root} stay.")
+
+
+def print_state(console: Console, runtime: Any) -> None:
+    """Where the stack's state lives, and so what a restart keeps."""
+    if runtime.emulator is None:
+        console.print(f"  state        kept by {runtime.endpoint_url or 'AWS'} (--endpoint-url), not by this process")
+        return
+    # moto's server keeps the queues and the table in memory only: a restart starts with none of either.
+    console.print(
+        f"[bold yellow]  state is in memory:[/] workspaces and jobs are gone when this process ends; the remotes"
+        f" under {runtime.remotes_root} stay",
+        soft_wrap=True,
+    )
 
 
 def print_github_stand_in(console: Console, github: Any, remotes_root: Path, tenant: str) -> None:

@@ -146,6 +146,17 @@ def _printed_line(terminal: str, start: str) -> str:
     return next(line.strip() for line in terminal.splitlines() if line.strip().startswith(start))
 
 
+def test_the_terminal_says_the_state_is_in_memory_and_where_the_remotes_stay(shared_local_stack: LocalStack) -> None:
+    _, _, folder = shared_local_stack
+
+    terminal = (folder / "terminal.txt").read_text()
+
+    remotes = folder / "remotes"
+    assert (
+        f"state is in memory: workspaces and jobs are gone when this process ends; the remotes under {remotes} stay"
+    ) in terminal
+
+
 def test_a_workspace_registered_as_printed_opens_its_pull_request_on_the_github_stand_in(
     shared_local_stack: LocalStack,
 ) -> None:
