@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-import json
 import shlex
 import time
 from collections.abc import Iterable
 from typing import Any, Final
 
-from rich.console import Group
+from rich.console import Group, RenderableType
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
+
+from agent_jobs_cli.results import output_text, printable, result_cell, result_fields
 
 STATUS_STYLES: Final = {
     "SUCCEEDED": "green",
@@ -62,15 +63,17 @@ def job_panel(job: dict[str, Any]) -> Panel:
             ("accepted", when(job.get("acceptedAt"))),
             ("updated", when(job.get("updatedAt"))),
             ("finished", when(job.get("finishedAt"))),
-            ("error", job.get("error")),
-            ("result", json.dumps(job["result"]) if job.get("result") else None),
+            ("error", printable(str(job["error"])) if job.get("error") else None),
+            *result_fields(job.get("result")),
         ]
     )
     history = Table("at", "status", "detail", box=None, header_style="dim")
     for entry in job.get("history") or []:
         detail = entry.get("error") or entry.get("reason") or entry.get("messageId") or ""
-        history.add_row(when(entry.get("at")), styled(entry.get("status")), str(detail))
-    return Panel(Group(facts, Text(""), history), title=f"job {job.get('jobId')}", expand=False)
+        history.add_row(when(entry.get("at")), styled(entry.get("status")), printable(str(detail)))
+    output = output_text(job.get("result"))
+    parts: list[RenderableType] = [facts, Text(""), *([output, Text("")] if output is not None else []), history]
+    return Panel(Group(*parts), title=f"job {job.get('jobId')}", expand=False)
 
 
 def last_resume_text(last: Any) -> str | None:
@@ -114,25 +117,28 @@ def test_suites_text(commands: Any) -> str | None:
     )
 
 
-def jobs_table(jobs: list[dict[str, Any]], title: str | None = None) -> Table:
-    table = Table(title=title)
+def jobs_table(jobs: list[dict[str, Any]], title: str | None = None, *, wide: bool = False) -> Table:
+    """The timeline, a row a job, one line a row at 80 columns: its position (`#`, the order the jobs take effect
+    in), id, type, status and what came of it (the error of a failed job, cut short to fit). `wide` adds the
+    attempts, the time of the last change and the queue's full 20-digit SequenceNumber."""
+    table = Table(title=title, box=None, pad_edge=False, header_style="bold")
     table.add_column("#", justify="right", no_wrap=True)
-    table.add_column("job", overflow="fold")
+    table.add_column("job", no_wrap=True)
     table.add_column("type", no_wrap=True)
     table.add_column("status", no_wrap=True, min_width=9)
-    table.add_column("attempt", justify="right", no_wrap=True)
-    table.add_column("sequence", overflow="fold")
-    table.add_column("updated", no_wrap=True)
-    table.add_column("error", overflow="fold")
+    if wide:
+        table.add_column("attempt", justify="right", no_wrap=True)
+        table.add_column("updated", no_wrap=True)
+        table.add_column("sequence", no_wrap=True)
+    table.add_column("result")
     for index, job in enumerate(jobs, start=1):
-        table.add_row(
-            str(index),
-            str(job.get("jobId")),
-            str(job.get("type") or ""),
-            styled(job.get("status")),
-            str(job.get("attempt") if job.get("attempt") is not None else ""),
-            str(job.get("sequenceNumber") or ""),
-            when(job.get("updatedAt")),
-            str(job.get("error") or "")[:80],
-        )
+        columns: list[Any] = [str(index), str(job.get("jobId")), str(job.get("type") or ""), styled(job.get("status"))]
+        if wide:
+            attempt = job.get("attempt")
+            columns += [
+                str(attempt if attempt is not None else ""),
+                when(job.get("updatedAt")),
+                str(job.get("sequenceNumber") or ""),
+            ]
+        table.add_row(*columns, result_cell(job))
     return table
