@@ -43,6 +43,38 @@ def settle(cli: CliHarness, workspace_id: str) -> None:
     assert watched.exit_code == 0, watched.output
 
 
+def test_run_tests_without_a_suite_runs_the_workspaces_only_suite(cli: CliHarness) -> None:
+    # Given a workspace whose registration has one test suite ("unit")
+    cli.register("ws-rt-one")
+
+    # When a run_tests job is submitted without --suite
+    sent = cli.run("enqueue", "run_tests", "ws-rt-one", "--job-id", "rt-one-1")
+
+    # Then it runs that suite, and passes
+    assert sent.exit_code == 0, sent.output
+    assert "unit" in sent.stdout
+    settle(cli, "ws-rt-one")
+    job = cli.run_json("status", "job", "rt-one-1")
+    assert job["status"] == "SUCCEEDED", job
+    assert (job["result"]["suite"], job["result"]["outcome"]) == ("unit", "passed")
+
+
+def test_run_tests_names_the_suites_when_the_registration_has_several_or_lacks_one(cli: CliHarness) -> None:
+    register_suites(cli, "ws-rt-two")
+
+    several = cli.run("enqueue", "run_tests", "ws-rt-two")
+    missing = cli.run("enqueue", "run_tests", "ws-rt-two", "--suite", "default")
+
+    assert several.exit_code == 1
+    assert "workspace ws-rt-two has several test suites (smoke, unit): name one with --suite" in several.stderr
+    assert missing.exit_code == 1
+    assert "has no test suite 'default' (its suites: smoke, unit)" in missing.stderr
+    assert "would end DEAD and halt the workspace" in missing.stderr
+    # and nothing was sent: the workspace has no job and is not halted
+    assert cli.run_json("jobs", "ws-rt-two")["jobs"] == []
+    assert cli.run_json("status", "workspace", "ws-rt-two")["state"] == "ACTIVE"
+
+
 def test_run_tests_results_show_passed_or_failed_their_counts_and_the_output_as_text(cli: CliHarness) -> None:
     register_suites(cli, "ws-rt-out")
     assert cli.run("enqueue", "run_tests", "ws-rt-out", "--suite", "unit", "--job-id", "rt-out-1").exit_code == 0
