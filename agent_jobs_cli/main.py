@@ -15,7 +15,7 @@ from typing import Annotated
 
 import typer
 
-from agent_jobs_cli.commands import bench, dlq, jobs, local, plan, registration, tenants, workspaces
+from agent_jobs_cli.commands import bench, dlq, jobs, local, plan, registration, tenants, wait, workspaces
 from agent_jobs_cli.context import CliState
 from agent_jobs_cli.targets import CONNECTION_FILE_ENV, DEFAULT_CONNECTION_FILE, PROJECT_ROOT
 
@@ -71,6 +71,7 @@ def main_options(
 
 # Jobs and workspaces, through the API.
 app.command()(jobs.enqueue)
+app.command()(wait.wait)
 status_app.command("job")(jobs.status_job)
 status_app.command("workspace")(workspaces.status_workspace)
 app.command()(workspaces.jobs)

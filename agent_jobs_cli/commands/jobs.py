@@ -13,6 +13,15 @@ from pydantic import ValidationError
 from rich.panel import Panel
 
 from agent_jobs_cli.api import path_id
+from agent_jobs_cli.commands.wait import (
+    DEFAULT_INTERVAL_SECONDS,
+    DEFAULT_TIMEOUT_SECONDS,
+    WAIT_CODES_HELP,
+    IntervalOption,
+    TimeoutOption,
+    report_wait,
+    wait_for_job,
+)
 from agent_jobs_cli.context import CliError, JsonOption, api_get, api_post, handle_errors, out, print_json, state_of
 from agent_jobs_cli.render import fields_table, job_panel, styled
 
@@ -40,11 +49,16 @@ def enqueue(
     ] = None,
     title: Annotated[str | None, typer.Option("--title", help="open_pr: the pull request title.")] = None,
     body: Annotated[str, typer.Option("--body", help="open_pr: the pull request body.")] = "",
+    wait_for_it: Annotated[
+        bool, typer.Option("--wait", help=f"Wait until the job settles and show it. {WAIT_CODES_HELP}")
+    ] = False,
+    timeout: TimeoutOption = DEFAULT_TIMEOUT_SECONDS,
+    interval: IntervalOption = DEFAULT_INTERVAL_SECONDS,
     as_json: JsonOption = False,
 ) -> None:
     """Submit a job. `enqueue apply_patch WS --patch-file p.diff -m MSG`, `enqueue run_tests WS [--suite unit]`,
     `enqueue open_pr WS --title T --body B`, or `enqueue --file job.json`. Repeating it with the same --job-id is
-    safe: a jobId is accepted at most once."""
+    safe: a jobId is accepted at most once. `--wait` waits until the job settles (see `agent-jobs wait`)."""
     client = state_of(ctx).api()
     if file is None and workspace and (job_type or "").replace("-", "_") == "run_tests":
         suite = chosen_suite(api_get(client, f"/workspaces/{path_id(workspace)}"), workspace, suite)
@@ -60,6 +74,9 @@ def enqueue(
         body=body,
     )
     answer = api_post(client, "/jobs", document)
+    if wait_for_it:
+        job, outcome = wait_for_job(client, str(answer.get("jobId")), timeout=timeout, interval=interval)
+        report_wait(job, outcome, as_json=as_json, timeout=timeout)
     if as_json:
         print_json(answer)
         return
@@ -80,7 +97,9 @@ def enqueue(
             expand=False,
         )
     )
-    out().print(f"Follow it: agent-jobs status job {answer.get('jobId')}")
+    out().print(
+        f"Follow it: agent-jobs status job {answer.get('jobId')}, or wait for it: agent-jobs wait {answer.get('jobId')}"
+    )
 
 
 def build_job(

@@ -245,7 +245,7 @@ def print_github_stand_in(console: Console, github: Any, remotes_root: Path, ten
     )
     console.print(f"  git clone --bare YOUR_REPOSITORY {shlex.quote(str(remote))}", soft_wrap=True, highlight=False)
     console.print(f"  {shlex.join(register)}", soft_wrap=True, highlight=False, markup=False)
-    console.print(f"  {cli} enqueue open_pr my-repo --title 'Agent changes'", soft_wrap=True, highlight=False)
+    console.print(f"  {cli} enqueue open_pr my-repo --title 'Agent changes' --wait", soft_wrap=True, highlight=False)
     console.print(
         f"  curl --cacert {shlex.quote(str(github.ca_certificate_path))} {api_url}/repos/you/my-repo/pulls",
         soft_wrap=True,
