@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import importlib
 import json
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,9 @@ from agent_jobs_cli.api import ApiClient, ApiError
 from agent_jobs_cli.targets import Target, TargetError, connection_file_path, load_local_target, load_stack_target
 
 OPERATOR_SCOPE: Final = "agent-jobs/operator"  # enqueue_api.app.OPERATOR_SCOPE (a test keeps them equal)
+
+# How the API says a workspace is not registered (nor the caller's): "... register it with PUT /workspaces/WS".
+_UNREGISTERED: Final = re.compile(r"PUT /workspaces/([A-Za-z0-9][A-Za-z0-9._-]*)")
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -101,6 +105,13 @@ def explain(error: ApiError, method: str, path: str) -> str:
     detail = ""
     if isinstance(error.body, dict) and isinstance(error.body.get("errors"), list):
         detail = "".join(f"\n  {e.get('field')}: {e.get('message')}" for e in error.body["errors"])
+    unregistered = _UNREGISTERED.search(error.message)
+    if unregistered:
+        # The API names its route; this command line has one for it.
+        detail += (
+            f"\nRegister it: agent-jobs workspaces register {unregistered.group(1)} --remote-url REMOTE --branch BRANCH"
+            " [--test-command NAME=COMMAND] (agent-jobs workspaces register --help)"
+        )
     return f"{method} {path} answered {error.status}: {error.message}{detail}"
 
 

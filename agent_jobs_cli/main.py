@@ -1,7 +1,8 @@
 """`agent-jobs`: the operator's command line for Agent Jobs.
 
-By default it acts on the local runtime (`make local` writes `.agent-jobs/local.json`); `--stack-name NAME` acts on a
-deployed stack instead (its CloudFormation Outputs). API calls carry a bearer token: `--token` or AGENT_JOBS_TOKEN;
+By default it acts on the local runtime, from any folder: `make local` writes `.agent-jobs/local.json` in the project,
+and `--connection-file` (or AGENT_JOBS_CONNECTION_FILE) names another; `--stack-name NAME` acts on a deployed stack
+instead (its CloudFormation Outputs). API calls carry a bearer token: `--token` or AGENT_JOBS_TOKEN;
 against the local runtime, when none is given, one is minted for `--tenant` from the local development key.
 The `dlq`, `refused` and `tenants` commands use your AWS credentials on the queue and table directly, not the API.
 `local`, `demo` and `bench` run the system and its benchmarks on this machine.
@@ -14,8 +15,9 @@ from typing import Annotated
 
 import typer
 
-from agent_jobs_cli.commands import bench, dlq, jobs, local, plan, refused, tenants, workspaces
+from agent_jobs_cli.commands import bench, dlq, jobs, local, plan, refused, registration, tenants, wait, workspaces
 from agent_jobs_cli.context import CliState
+from agent_jobs_cli.targets import CONNECTION_FILE_ENV, DEFAULT_CONNECTION_FILE, PROJECT_ROOT
 
 app = typer.Typer(
     name="agent-jobs",
@@ -30,6 +32,8 @@ app.add_typer(status_app, name="status")
 app.add_typer(dlq_app, name="dlq", no_args_is_help=True)
 tenants_app = typer.Typer(help="Tenants' shares of the worker (AWS credentials, not the API).")
 app.add_typer(tenants_app, name="tenants", no_args_is_help=True)
+workspaces_app = typer.Typer(help="Register a workspace (PUT /workspaces/{id}).")
+app.add_typer(workspaces_app, name="workspaces", no_args_is_help=True)
 
 
 @app.callback()
@@ -50,7 +54,15 @@ def main_options(
     ] = "default",
     connection_file: Annotated[
         Path | None,
-        typer.Option("--connection-file", help="The local runtime's connection file [.agent-jobs/local.json]."),
+        typer.Option(
+            "--connection-file",
+            envvar=CONNECTION_FILE_ENV,
+            show_envvar=True,
+            help="The local runtime's connection file, which `make local` writes. Without it: the first"
+            f" {DEFAULT_CONNECTION_FILE} in the current folder or a folder above it, else the one in the project"
+            f" this command is installed from ({PROJECT_ROOT or 'none: not installed from a checkout'}); a file"
+            " found so is used only if you own it and its folder.",
+        ),
     ] = None,
 ) -> None:
     """Operate Agent Jobs: enqueue and inspect jobs, watch workspaces, resume halted ones, redrive the DLQ."""
@@ -59,6 +71,7 @@ def main_options(
 
 # Jobs and workspaces, through the API.
 app.command()(jobs.enqueue)
+app.command()(wait.wait)
 status_app.command("job")(jobs.status_job)
 status_app.command("workspace")(workspaces.status_workspace)
 app.command()(workspaces.jobs)
@@ -66,6 +79,7 @@ app.command()(workspaces.watch)
 app.command()(workspaces.halted)
 app.command()(workspaces.resume)
 app.command()(local.token)
+workspaces_app.command("register")(registration.register_command())
 # The dead-letter queue, with AWS credentials.
 dlq_app.command("list")(dlq.dlq_list)
 dlq_app.command("show")(dlq.dlq_show)

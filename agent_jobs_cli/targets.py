@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -17,6 +18,15 @@ if TYPE_CHECKING:
     from mypy_boto3_sqs.client import SQSClient
 
 DEFAULT_CONNECTION_FILE: Final = Path(".agent-jobs/local.json")
+
+
+def _project_root() -> Path | None:
+    """The project this package is installed from (`pip install -e .`); None when installed elsewhere."""
+    folder = Path(__file__).resolve().parents[1]
+    return folder if (folder / "template.yaml").is_file() else None
+
+
+PROJECT_ROOT: Final = _project_root()
 CONNECTION_FILE_ENV: Final = "AGENT_JOBS_CONNECTION_FILE"
 # The stack Outputs the CLI needs (template.yaml declares them).
 STACK_OUTPUTS: Final = {
@@ -67,10 +77,55 @@ class Target:
         return asdict(self)
 
 
-def connection_file_path(explicit: Path | None = None) -> Path:
+def connection_file_path(
+    explicit: Path | None = None, *, cwd: Path | None = None, project_root: Path | None = PROJECT_ROOT
+) -> Path:
+    """The local runtime's connection file: `explicit` (--connection-file), else AGENT_JOBS_CONNECTION_FILE, else the
+    first `.agent-jobs/local.json` in `cwd` (default the current folder) or a folder above it, else the one in
+    `project_root` (the project this CLI is installed from, where `make local` writes it). A file found by looking
+    (not named) is used only if the user owns it and its folder and no other user may write them: a file planted in
+    a shared folder above (/tmp) would send the API calls, and the token given, elsewhere. Raises TargetError naming
+    where it looked when none is found."""
     if explicit is not None:
         return explicit
-    return Path(os.environ.get(CONNECTION_FILE_ENV) or DEFAULT_CONNECTION_FILE)
+    named = os.environ.get(CONNECTION_FILE_ENV)
+    if named:
+        return Path(named).expanduser()
+    start = (cwd or Path.cwd()).resolve()
+    folders = [start, *start.parents]
+    if project_root is not None and project_root not in folders:
+        folders.append(project_root)
+    refused: list[str] = []
+    for folder in folders:
+        candidate = folder / DEFAULT_CONNECTION_FILE
+        if not candidate.is_file():
+            continue
+        problem = _not_trusted(candidate)
+        if problem is None:
+            return candidate
+        refused.append(f"{candidate} ({problem})")
+    looked = f"{start / DEFAULT_CONNECTION_FILE} and the folders above it"
+    if project_root is not None:
+        looked += f", and {project_root / DEFAULT_CONNECTION_FILE}"
+    skipped = f"; skipped {', '.join(refused)}" if refused else ""
+    raise TargetError(
+        f"no local runtime connection file (looked for {looked}{skipped}): start the local runtime with `make local` "
+        f"(it writes the file), pass --connection-file FILE or set {CONNECTION_FILE_ENV}, or pass --stack-name NAME "
+        "to act on a deployed stack"
+    )
+
+
+def _not_trusted(path: Path) -> str | None:
+    """Why a connection file found by looking may not be used (someone else could have written it), or None."""
+    for entry in (path, path.parent):
+        status = entry.lstat()
+        if stat.S_ISLNK(status.st_mode):
+            return f"{entry} is a symbolic link"
+        if status.st_uid != os.getuid():
+            return f"{entry} belongs to another user"
+        if status.st_mode & stat.S_IWOTH:
+            return f"every user may write {entry}"
+    return None
 
 
 def load_local_target(path: Path) -> Target:

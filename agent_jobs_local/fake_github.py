@@ -76,13 +76,24 @@ class FakePull:
 class FakeGitHub:
     """The server and its state. Callers arrange repositories and faults on it and read what it was asked.
 
-    `token` None accepts requests with any Authorization header, or none. `start()`/`stop()`, the context manager
-    and `running()` serve it on a free loopback port; `url` (also `base_url`) is its API URL while it runs.
+    `token` None accepts requests with any Authorization header, or none. `any_repository` answers for every
+    owner/repo as if it existed (a stand-in for a user's own repositories), else only for those added.
+    `start()`/`stop()`, the context manager and `running()` serve it on a free loopback port; `url` (also
+    `base_url`) is its API URL while it runs, or `served_at` when another server serves it (the local git server).
     """
 
-    def __init__(self, *, token: str | None = None, path_prefix: str = "") -> None:
+    def __init__(
+        self,
+        *,
+        token: str | None = None,
+        path_prefix: str = "",
+        any_repository: bool = False,
+        served_at: str | None = None,
+    ) -> None:
         self.token = token
         self.path_prefix = path_prefix.rstrip("/")
+        self.any_repository = any_repository
+        self.served_at = served_at
         self.repositories: set[tuple[str, str]] = set()
         self.pulls: list[FakePull] = []
         self.requests: list[RecordedRequest] = []
@@ -94,6 +105,8 @@ class FakeGitHub:
 
     @property
     def base_url(self) -> str:
+        if self.served_at is not None:
+            return self.served_at
         if self._server is None:
             raise RuntimeError("the fake GitHub is not running: start() it first")
         host, port = self._server.server_address[:2]
@@ -206,7 +219,7 @@ class FakeGitHub:
             if len(parts) != 4 or parts[0] != "repos" or parts[3] != "pulls":
                 return 404, {}, {"message": "Not Found"}
             owner, repo = parts[1], parts[2]
-            if (owner, repo) not in self.repositories:
+            if not self.any_repository and (owner, repo) not in self.repositories:
                 return 404, {}, {"message": "Not Found", "documentation_url": "https://docs.github.com"}
             if method == "GET":
                 return 200, {}, self._list(owner, repo, query)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from http import HTTPStatus
 from pathlib import Path
 from socketserver import ThreadingMixIn
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -153,15 +153,25 @@ class _RequestHandler(WSGIRequestHandlerLogger):
 GITHUB_BODY_LIMIT_BYTES: Final = 1024 * 1024
 
 
-def with_github_apis(git: WSGIApplication, apis: Mapping[str, FakeGitHub]) -> WSGIApplication:
-    """`git`, except that a request below one of `apis`' paths (`/<tenantId>/github`) goes to that GitHub stand-in,
-    with the path taken off (as a client of GitHub Enterprise Server's `/api/v3` sends it)."""
+class GitHubApis(Protocol):
+    """Where the server finds a tenant's GitHub stand-in: `get("/<tenantId>/github")`, None for none (a mapping of
+    those paths, or `github_stand_in.TenantGitHubs`, which makes one per tenant on first use)."""
+
+    def get(self, key: str, /) -> FakeGitHub | None: ...
+
+
+def with_github_apis(git: WSGIApplication, apis: GitHubApis) -> WSGIApplication:
+    """`git`, except that a request below a tenant's `/<tenantId>/github` that `apis` has a stand-in for goes to that
+    GitHub stand-in, with the path taken off (as a client of GitHub Enterprise Server's `/api/v3` sends it)."""
 
     def application(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "")
-        for prefix, github in apis.items():
-            if path.startswith(prefix + "/"):
-                return _github_answer(github, path[len(prefix) :], environ, start_response)
+        folder, _, rest = path.removeprefix("/").partition("/")
+        api, separator, _ = rest.partition("/")
+        prefix = f"/{folder}/{api}"
+        github = apis.get(prefix) if path.startswith(prefix + "/") and separator else None
+        if github is not None:
+            return _github_answer(github, path[len(prefix) :], environ, start_response)
         return git(environ, start_response)
 
     return application
@@ -201,7 +211,7 @@ def _json_answer(start_response: StartResponse, status: int, headers: Mapping[st
 
 class GitHttpsServer:
     """Smart HTTP over TLS for `repositories` (`/<tenantId>/<name>.git` -> bare repository folder) on `host`, and
-    `github_apis` (`/<tenantId>/github` -> its GitHub stand-in)."""
+    `github_apis` (`/<tenantId>/github` -> its GitHub stand-in: a mapping, or `TenantGitHubs`)."""
 
     def __init__(
         self,
@@ -209,12 +219,12 @@ class GitHttpsServer:
         host: str,
         ca: LocalCa | None = None,
         port: int = 0,
-        github_apis: Mapping[str, FakeGitHub] | None = None,
+        github_apis: GitHubApis | None = None,
     ) -> None:
         if host in ("0.0.0.0", "::", ""):
             raise ValueError("the git server listens on one address, never every interface")
         self.repositories = dict(repositories)
-        self.github_apis = dict(github_apis or {})
+        self.github_apis: GitHubApis = github_apis if github_apis is not None else {}
         self.host = host
         self.ca = ca or local_ca()
         self._port = port
@@ -268,4 +278,12 @@ class GitHttpsServer:
             self._thread.join(timeout=5)
 
 
-__all__ = ["GitHttpsServer", "LocalCa", "local_ca", "local_ca_path", "server_certificate", "with_github_apis"]
+__all__ = [
+    "GitHttpsServer",
+    "GitHubApis",
+    "LocalCa",
+    "local_ca",
+    "local_ca_path",
+    "server_certificate",
+    "with_github_apis",
+]

@@ -86,7 +86,8 @@ class LocalRuntime:
     entries, such as a fake GitHub's on 127.0.0.1, that registrations may name although they are not public) and
     `sam_local_env` (the values of variables the template declares only for `sam local`, such as the sample
     workspaces' git server, LOCAL_GIT_SERVER and LOCAL_GIT_CA: every function that declares one gets it, and so does
-    the env file).
+    the env file) and `local_env` (the same for this machine's functions alone, never the env file: `make local`'s
+    GitHub stand-in on loopback, which no container reaches).
 
     After `start()`: `api_url`, `endpoint_url`, `resources` (`ProvisionedResources`), `model` (the `TemplateModel`
     for the provisioned account), `function_env` (function id -> environment), `poller`, `api`, `lambda_endpoint`
@@ -118,6 +119,7 @@ class LocalRuntime:
         remotes_root: Path | None = None,
         allowed_private_hosts: Sequence[str] = (),
         sam_local_env: Mapping[str, str] | None = None,
+        local_env: Mapping[str, str] | None = None,
     ) -> None:
         if time_scale <= 0:
             raise ValueError(f"time_scale must be positive, got {time_scale}")
@@ -128,6 +130,7 @@ class LocalRuntime:
         self.workspaces_root, self.remotes_root = local_folders(workspaces_root, remotes_root)
         self.allowed_private_hosts = tuple(allowed_private_hosts)
         self.sam_local_env = dict(sam_local_env or {})
+        self.local_env = dict(local_env or {})
         self.api_port = api_port
         self.worker_bootstrap = worker_bootstrap
         self.bootstrap_config = dict(bootstrap_config) if bootstrap_config is not None else None
@@ -193,7 +196,7 @@ class LocalRuntime:
             workspaces_root=self.workspaces_root,
             lambda_url=self._lambda_endpoint.url if self._lambda_endpoint is not None else None,
             extra_worker_env=self.extra_worker_env,
-            sam_local_env=self.sam_local_env,
+            sam_local_env={**self.sam_local_env, **self.local_env},
         )
 
         producer_id = http_api_routes(model)[0].function_id

@@ -13,6 +13,15 @@ from pydantic import ValidationError
 from rich.panel import Panel
 
 from agent_jobs_cli.api import path_id
+from agent_jobs_cli.commands.wait import (
+    DEFAULT_INTERVAL_SECONDS,
+    DEFAULT_TIMEOUT_SECONDS,
+    WAIT_CODES_HELP,
+    IntervalOption,
+    TimeoutOption,
+    report_wait,
+    wait_for_job,
+)
 from agent_jobs_cli.context import CliError, JsonOption, api_get, api_post, handle_errors, out, print_json, state_of
 from agent_jobs_cli.render import fields_table, job_panel, styled
 
@@ -30,14 +39,29 @@ def enqueue(
     job_id: Annotated[str | None, typer.Option("--job-id", help="Default: a new unique id.")] = None,
     patch_file: Annotated[Path | None, typer.Option("--patch-file", help="apply_patch: the diff.")] = None,
     message: Annotated[str | None, typer.Option("--message", "-m", help="apply_patch: the commit message.")] = None,
-    suite: Annotated[str, typer.Option("--suite", help="run_tests: a registered test command.")] = "default",
+    suite: Annotated[
+        str | None,
+        typer.Option(
+            "--suite",
+            help="run_tests: a test suite of the workspace's registration; without it, its only suite (the command"
+            " refuses a suite the registration lacks, whose job would halt the workspace).",
+        ),
+    ] = None,
     title: Annotated[str | None, typer.Option("--title", help="open_pr: the pull request title.")] = None,
     body: Annotated[str, typer.Option("--body", help="open_pr: the pull request body.")] = "",
+    wait_for_it: Annotated[
+        bool, typer.Option("--wait", help=f"Wait until the job settles and show it. {WAIT_CODES_HELP}")
+    ] = False,
+    timeout: TimeoutOption = DEFAULT_TIMEOUT_SECONDS,
+    interval: IntervalOption = DEFAULT_INTERVAL_SECONDS,
     as_json: JsonOption = False,
 ) -> None:
-    """Submit a job. `enqueue apply_patch WS --patch-file p.diff -m MSG`, `enqueue run_tests WS --suite unit`,
+    """Submit a job. `enqueue apply_patch WS --patch-file p.diff -m MSG`, `enqueue run_tests WS [--suite unit]`,
     `enqueue open_pr WS --title T --body B`, or `enqueue --file job.json`. Repeating it with the same --job-id is
-    safe: a jobId is accepted at most once."""
+    safe: a jobId is accepted at most once. `--wait` waits until the job settles (see `agent-jobs wait`)."""
+    client = state_of(ctx).api()
+    if file is None and workspace and (job_type or "").replace("-", "_") == "run_tests":
+        suite = chosen_suite(api_get(client, f"/workspaces/{path_id(workspace)}"), workspace, suite)
     document = build_job(
         job_type,
         workspace,
@@ -49,7 +73,10 @@ def enqueue(
         title=title,
         body=body,
     )
-    answer = api_post(state_of(ctx).api(), "/jobs", document)
+    answer = api_post(client, "/jobs", document)
+    if wait_for_it:
+        job, outcome = wait_for_job(client, str(answer.get("jobId")), timeout=timeout, interval=interval)
+        report_wait(job, outcome, as_json=as_json, timeout=timeout)
     if as_json:
         print_json(answer)
         return
@@ -61,6 +88,7 @@ def enqueue(
                     ("status", styled(answer.get("status"))),
                     ("workspace", document["workspaceId"]),
                     ("type", document["type"]),
+                    ("suite", (document.get("payload") or {}).get("suite")),
                     ("sequence", answer.get("sequenceNumber")),
                     ("message", answer.get("messageId")),
                 ]
@@ -69,7 +97,9 @@ def enqueue(
             expand=False,
         )
     )
-    out().print(f"Follow it: agent-jobs status job {answer.get('jobId')}")
+    out().print(
+        f"Follow it: agent-jobs status job {answer.get('jobId')}, or wait for it: agent-jobs wait {answer.get('jobId')}"
+    )
 
 
 def build_job(
@@ -80,7 +110,7 @@ def build_job(
     job_id: str | None,
     patch_file: Path | None,
     message: str | None,
-    suite: str,
+    suite: str | None,
     title: str | None,
     body: str,
 ) -> dict[str, Any]:
@@ -114,6 +144,27 @@ def build_job(
     return document
 
 
+def chosen_suite(workspace: dict[str, Any], workspace_id: str, suite: str | None) -> str:
+    """The run_tests suite to send: `suite` if the workspace's registration has it, else the registration's only one.
+    A suite the registration lacks is refused here: its job would end DEAD and halt the workspace."""
+    suites = sorted(str(name) for name in workspace.get("testCommands") or {})
+    register = f"agent-jobs workspaces register {workspace_id} ... --test-command NAME=COMMAND"
+    if not suites:
+        raise CliError(f"workspace {workspace_id} registers no test suite; add one with {register}")
+    if suite is None:
+        if len(suites) > 1:
+            raise CliError(
+                f"workspace {workspace_id} has several test suites ({', '.join(suites)}): name one with --suite"
+            )
+        return suites[0]
+    if suite not in suites:
+        raise CliError(
+            f"workspace {workspace_id} has no test suite {suite!r} (its suites: {', '.join(suites)}); a run_tests job"
+            f" of it would end DEAD and halt the workspace: use --suite {suites[0]}, or register it with {register}"
+        )
+    return suite
+
+
 def _job_types() -> str:
     from agent_jobs.models import JobType
 
@@ -131,7 +182,7 @@ def _job_file(file: Path) -> dict[str, Any]:
 
 
 def _payload(
-    job_type: str, *, patch_file: Path | None, message: str | None, suite: str, title: str | None, body: str
+    job_type: str, *, patch_file: Path | None, message: str | None, suite: str | None, title: str | None, body: str
 ) -> dict[str, Any]:
     """The payload of a job of `job_type` from the command's options."""
     from agent_jobs.models import JobType
@@ -153,6 +204,8 @@ def _payload(
         # in a queue message: sent as base64.
         return {"patch": base64.b64encode(diff).decode(), "patchEncoding": "base64", "commitMessage": message}
     if job_type == JobType.RUN_TESTS:
+        if not suite:
+            raise CliError("run_tests needs --suite NAME, a test suite of the workspace's registration")
         return {"suite": suite}
     if job_type == JobType.OPEN_PR:
         if not title:

@@ -8,6 +8,7 @@ works.
 from __future__ import annotations
 
 import contextlib
+import shlex
 import signal
 import sys
 import threading
@@ -121,6 +122,7 @@ def local(
     and .agent-jobs/local.json (agent-jobs)."""
     importable_like_sam_local()
     from agent_jobs_local.git_server import local_ca_path
+    from agent_jobs_local.github_stand_in import GitHubStandIn
     from agent_jobs_local.runtime import LocalRuntime
     from agent_jobs_local.runtime_files import LOOPBACK, container_reachable_host
     from agent_jobs_local.sam_local import SAMPLE_TENANT, SERVED_OVER_HTTPS, SampleWorkspaces
@@ -135,6 +137,8 @@ def local(
     with contextlib.ExitStack() as stack:
         remotes_root = workspaces_root.resolve().parent / "remotes"
         samples = stack.enter_context(SampleWorkspaces(remotes_root, git_host=listen_host)) if sam_local else None
+        # `sam local`'s git server holds LOCAL_GIT_SERVER with --sam-local; the stand-in serves plain `make local`.
+        github = None if sam_local else stack.enter_context(GitHubStandIn())
         runtime = stack.enter_context(
             LocalRuntime(
                 endpoint_url=endpoint_url,
@@ -148,6 +152,7 @@ def local(
                 listen_host=listen_host,
                 allowed_private_hosts=samples.allowed_private_hosts if samples else (),
                 sam_local_env=samples.sam_local_env if samples else None,
+                local_env=github.function_env if github else None,
             )
         )
         if samples is not None:
@@ -172,6 +177,9 @@ def local(
                     f"  git server   https://{samples.git_server.container_netloc}/{SAMPLE_TENANT}/  (for containers:"
                     f" {', '.join(SERVED_OVER_HTTPS)}; its CA {local_ca_path()})"
                 )
+        print_state(console, runtime)
+        if github is not None:
+            print_github_stand_in(console, github, runtime.remotes_root, tenant)
         print_local_tokens(console, runtime.api_url, tenant)
         console.print("Ctrl-C stops everything.")
         stop = threading.Event()
@@ -186,6 +194,63 @@ def local(
                 )
         except KeyboardInterrupt:
             pass
+        if runtime.emulator is not None:
+            console.print(f"Stopped: its workspaces and jobs are gone; the remotes under {runtime.remotes_root} stay.")
+
+
+def print_state(console: Console, runtime: Any) -> None:
+    """Where the stack's state lives, and so what a restart keeps."""
+    if runtime.emulator is None:
+        console.print(f"  state        kept by {runtime.endpoint_url or 'AWS'} (--endpoint-url), not by this process")
+        return
+    # moto's server keeps the queues and the table in memory only: a restart starts with none of either.
+    console.print(
+        f"[bold yellow]  state is in memory:[/] workspaces and jobs are gone when this process ends; the remotes"
+        f" under {runtime.remotes_root} stay",
+        soft_wrap=True,
+    )
+
+
+def print_github_stand_in(console: Console, github: Any, remotes_root: Path, tenant: str) -> None:
+    """The GitHub stand-in, and how to register a workspace whose open_pr jobs open pull requests on it."""
+    cli = "agent-jobs" if tenant == DEFAULT_TENANT else f"agent-jobs --tenant {tenant}"
+    remote = remotes_root / tenant / "my-repo.git"
+    api_url = github.api_url(tenant)
+    register = [
+        *cli.split(),
+        "workspaces",
+        "register",
+        "my-repo",
+        "--remote-url",
+        str(remote),
+        "--branch",
+        "agent/my-repo",
+        "--base-branch",
+        "main",
+        "--test-command",
+        "unit=python3 -m unittest",
+        "--github-repository",
+        "you/my-repo",
+        "--github-api-url",
+        api_url,
+    ]
+    console.print(
+        f"  GitHub       {api_url}  (a stand-in for GitHub's pull-request API: a folder per tenant,"
+        f" /<tenantId>/github, each tenant's workspaces only their own; its CA {github.ca_certificate_path})",
+        soft_wrap=True,
+    )
+    console.print(
+        "A workspace of your own repository that opens pull requests there (--base-branch: its default branch):",
+        soft_wrap=True,
+    )
+    console.print(f"  git clone --bare YOUR_REPOSITORY {shlex.quote(str(remote))}", soft_wrap=True, highlight=False)
+    console.print(f"  {shlex.join(register)}", soft_wrap=True, highlight=False, markup=False)
+    console.print(f"  {cli} enqueue open_pr my-repo --title 'Agent changes' --wait", soft_wrap=True, highlight=False)
+    console.print(
+        f"  curl --cacert {shlex.quote(str(github.ca_certificate_path))} {api_url}/repos/you/my-repo/pulls",
+        soft_wrap=True,
+        highlight=False,
+    )
 
 
 def print_stack(

@@ -31,6 +31,12 @@ from agent_jobs_cli.context import (
 from agent_jobs_cli.render import job_panel, jobs_table, styled, workspace_panel
 
 PENDING_STATUSES: Final = frozenset({"QUEUED", "IN_FLIGHT", "FAILED"})
+WideOption = Annotated[
+    bool,
+    typer.Option(
+        "--wide", help="Add each job's attempts, last change and full 20-digit SequenceNumber (wider than 80)."
+    ),
+]
 
 
 @handle_errors
@@ -54,14 +60,16 @@ def jobs(
     ctx: typer.Context,
     workspace_id: Annotated[str, typer.Argument(metavar="WORKSPACE")],
     page_size: Annotated[int | None, typer.Option("--page-size", min=1, help="Jobs per API call.")] = None,
+    wide: WideOption = False,
     as_json: JsonOption = False,
 ) -> None:
-    """A workspace's timeline: every job, oldest accepted first."""
+    """A workspace's timeline: every job, oldest accepted first, a line each (--wide: with attempts, times and the
+    full SequenceNumbers; --json has every field)."""
     timeline = workspace_jobs(state_of(ctx).api(), workspace_id, page_size)
     if as_json:
         print_json({"workspaceId": workspace_id, "jobs": timeline})
     else:
-        out().print(jobs_table(timeline, title=f"workspace {workspace_id}: {len(timeline)} jobs"))
+        out().print(jobs_table(timeline, title=f"workspace {workspace_id}: {len(timeline)} jobs", wide=wide))
 
 
 def workspace_or_none(client: ApiClient, workspace_id: str) -> dict[str, Any] | None:
@@ -93,6 +101,7 @@ def watch(
     timeout: Annotated[
         float | None, typer.Option("--timeout", help="Give up after this many seconds (exit 1).")
     ] = None,
+    wide: WideOption = False,
     as_json: JsonOption = False,
 ) -> None:
     """Follow a workspace and its timeline live until Ctrl-C (or --until-idle)."""
@@ -108,7 +117,7 @@ def watch(
         for job in timeline:
             counts[str(job.get("status"))] = counts.get(str(job.get("status")), 0) + 1
         summary = Text("  ".join(f"{name} {count}" for name, count in sorted(counts.items())) or "no jobs yet")
-        return Group(header, jobs_table(timeline), summary)
+        return Group(header, jobs_table(timeline, wide=wide), summary)
 
     def emit() -> Callable[[dict[str, Any] | None, list[dict[str, Any]]], None]:
         last: list[Any] = [None]

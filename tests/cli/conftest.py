@@ -68,14 +68,15 @@ class CliHarness:
     connection_file: Path
     root: Path
 
-    def run(self, *args: str, token: str | None = None, input: str | None = None) -> Any:
-        """`agent-jobs --connection-file F [--token T] ARGS...` in this process, like the console script; without a
-        token the operator token of the tenant."""
+    def run(self, *args: str, token: str | None = None, input: str | None = None, columns: int = 160) -> Any:
+        """`agent-jobs --connection-file F [--token T] ARGS...` in this process, like the console script, on a terminal
+        `columns` wide; without a token the operator token of the tenant."""
         options = ["--connection-file", str(self.connection_file)]
         token = operator_token() if token is None else token
         if token:
             options += ["--token", token]
-        return CliRunner().invoke(app, [*options, *args], input=input, env={"AGENT_JOBS_TOKEN": None, "COLUMNS": "160"})
+        environment = {"AGENT_JOBS_TOKEN": None, "COLUMNS": str(columns)}
+        return CliRunner().invoke(app, [*options, *args], input=input, env=environment)
 
     def run_json(self, *args: str) -> Any:
         result = self.run(*args, "--json")

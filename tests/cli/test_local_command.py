@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -14,9 +16,12 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from typer.testing import CliRunner
 
+from agent_jobs_cli.main import app
 from agent_jobs_local.auth import mint_token
 from agent_jobs_local.workload import create_remote
 
@@ -42,8 +47,22 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+LocalStack = tuple[str, subprocess.Popen[str], Path]
+
+
 @pytest.fixture
-def local_stack(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[str], Path]]:
+def local_stack(tmp_path: Path) -> Iterator[LocalStack]:
+    """`make local` of its own, for a test that stops it."""
+    yield from _run_local(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def shared_local_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+    """`make local` for the tests that only use it (one start for them all)."""
+    yield from _run_local(tmp_path_factory.mktemp("local"))
+
+
+def _run_local(tmp_path: Path) -> Iterator[LocalStack]:
     port = _free_port()
     env = {
         name: value
@@ -91,9 +110,7 @@ def local_stack(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[str], Pa
             process.wait(timeout=60)
 
 
-def test_the_terminal_shows_the_stack_and_the_log_folder_holds_the_functions_output(
-    local_stack: tuple[str, subprocess.Popen[str], Path],
-) -> None:
+def test_the_terminal_shows_the_stack_and_the_log_folder_holds_the_functions_output(local_stack: LocalStack) -> None:
     api, process, folder = local_stack
     remote = create_remote(folder / "remotes" / TENANT / "repo-x.git", "repo-x")
     status, answer = _call(api, "PUT", "/workspaces/repo-x", {"remoteUrl": str(remote), "branch": "agent/repo-x"})
@@ -123,3 +140,58 @@ def test_the_terminal_shows_the_stack_and_the_log_folder_holds_the_functions_out
     assert any(NO_METRICS_WARNING in text for text in logs.values()), logs
     assert any('"CloudWatchMetrics"' in text for text in logs.values()), logs
     assert any('"job succeeded"' in text for name, text in logs.items() if name.startswith("worker-")), logs
+
+
+def _printed_line(terminal: str, start: str) -> str:
+    return next(line.strip() for line in terminal.splitlines() if line.strip().startswith(start))
+
+
+def test_the_terminal_says_the_state_is_in_memory_and_where_the_remotes_stay(shared_local_stack: LocalStack) -> None:
+    _, _, folder = shared_local_stack
+
+    terminal = (folder / "terminal.txt").read_text()
+
+    remotes = folder / "remotes"
+    assert (
+        f"state is in memory: workspaces and jobs are gone when this process ends; the remotes under {remotes} stay"
+    ) in terminal
+
+
+def test_a_workspace_registered_as_printed_opens_its_pull_request_on_the_github_stand_in(
+    shared_local_stack: LocalStack,
+) -> None:
+    # Given `make local` printed how to register a workspace that opens pull requests on its GitHub stand-in
+    _, _, folder = shared_local_stack
+    terminal = (folder / "terminal.txt").read_text()
+    register = shlex.split(_printed_line(terminal, "agent-jobs workspaces register"))
+    remote = Path(register[register.index("--remote-url") + 1])
+    api_url = register[register.index("--github-api-url") + 1]
+    ca_file = Path(shlex.split(_printed_line(terminal, "curl --cacert"))[2])
+    create_remote(remote, "my-repo")
+
+    # When the user registers it with that command and submits a patch and an open_pr job
+    def agent_jobs(*args: str) -> Any:
+        options = ["--connection-file", str(folder / "local.json")]
+        return CliRunner().invoke(app, [*options, *args], env={"AGENT_JOBS_TOKEN": None, "COLUMNS": "160"})
+
+    registered = agent_jobs(*register[1:])
+    assert registered.exit_code == 0, registered.output
+    patch = folder / "change.diff"
+    patch.write_text("--- a/a\n+++ b/a\n@@ -0,0 +1 @@\n+hi\n")
+    assert agent_jobs("enqueue", "apply_patch", "my-repo", "--patch-file", str(patch), "-m", "hi").exit_code == 0
+    opened = agent_jobs("enqueue", "open_pr", "my-repo", "--title", "Agent changes", "--job-id", "pr-1")
+    assert opened.exit_code == 0, opened.output
+    watched = agent_jobs("watch", "my-repo", "--until-idle", "--interval", "0.3", "--timeout", "90")
+    assert watched.exit_code == 0, watched.output
+
+    # Then the job succeeded and the stand-in holds the pull request, in the tenant's own folder
+    job = json.loads(agent_jobs("status", "job", "pr-1", "--json").stdout)
+    assert job["status"] == "SUCCEEDED", job
+    assert job["result"]["number"] == 1
+    context = ssl.create_default_context(cafile=str(ca_file))
+    with urllib.request.urlopen(f"{api_url}/repos/you/my-repo/pulls", context=context, timeout=30) as answer:
+        pulls = json.loads(answer.read())
+    assert [(pull["title"], pull["head"]["ref"], pull["base"]["ref"]) for pull in pulls] == [
+        ("Agent changes", "agent/my-repo", "main")
+    ]
+    assert api_url.endswith(f"/{TENANT}/github")

@@ -11,7 +11,7 @@ from moto import mock_aws
 from typer.testing import CliRunner
 
 from agent_jobs_cli.main import app
-from agent_jobs_cli.targets import TargetError, load_local_target, load_stack_target
+from agent_jobs_cli.targets import TargetError, connection_file_path, load_local_target, load_stack_target
 
 STACK_TEMPLATE = {
     "Resources": {"Queue": {"Type": "AWS::SQS::Queue", "Properties": {"QueueName": "q.fifo", "FifoQueue": True}}},
@@ -103,3 +103,71 @@ def test_targets_broken_connection_file_says_to_restart_the_runtime(tmp_path: Pa
         TargetError, match=r"lacks region, tableName, queueUrl, deadLetterQueueUrl; restart `make local`"
     ):
         load_local_target(path)
+
+
+def _connection_file(folder: Path, api_url: str = "http://127.0.0.1:9") -> Path:
+    path = folder / ".agent-jobs" / "local.json"
+    path.parent.mkdir(parents=True)
+    document = {"apiUrl": api_url, "region": "us-east-1", "tableName": "t", "queueUrl": "q", "deadLetterQueueUrl": "d"}
+    path.write_text(json.dumps(document))
+    return path
+
+
+def test_targets_connection_file_is_found_from_a_folder_below_the_project(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given `make local` wrote the project's connection file (its API is not running), and the CLI runs two folders down
+    _connection_file(tmp_path / "project")
+    below = tmp_path / "project" / "src" / "pkg"
+    below.mkdir(parents=True)
+    monkeypatch.chdir(below)
+
+    result = CliRunner().invoke(app, ["--token", "t", "status", "job", "j"], env={"AGENT_JOBS_CONNECTION_FILE": None})
+
+    # Then it acts on the API that file names
+    assert result.exit_code == 1
+    assert "cannot reach the API at http://127.0.0.1:9" in result.stderr
+
+
+def test_targets_connection_file_is_found_in_the_installed_project_from_any_folder(tmp_path: Path) -> None:
+    project_file = _connection_file(tmp_path / "agent-jobs")
+    elsewhere = tmp_path / "my-repository"
+    elsewhere.mkdir()
+
+    assert connection_file_path(cwd=elsewhere, project_root=tmp_path / "agent-jobs") == project_file
+    # and a connection file nearer the current folder comes first
+    nearer = _connection_file(elsewhere)
+    assert connection_file_path(cwd=elsewhere, project_root=tmp_path / "agent-jobs") == nearer
+
+
+def test_targets_connection_file_named_by_the_environment_comes_before_any_found(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _connection_file(tmp_path)
+    named = tmp_path / "elsewhere.json"
+    monkeypatch.setenv("AGENT_JOBS_CONNECTION_FILE", str(named))
+
+    assert connection_file_path(cwd=tmp_path, project_root=None) == named
+    assert connection_file_path(tmp_path / "given.json", cwd=tmp_path) == tmp_path / "given.json"
+
+
+def test_targets_no_connection_file_says_where_it_looked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("AGENT_JOBS_CONNECTION_FILE", raising=False)
+
+    with pytest.raises(TargetError) as raised:
+        connection_file_path(cwd=tmp_path, project_root=tmp_path / "project")
+
+    message = str(raised.value)
+    assert f"{tmp_path}/.agent-jobs/local.json and the folders above it" in message
+    assert f"{tmp_path}/project/.agent-jobs/local.json" in message
+    assert "make local" in message
+    assert "AGENT_JOBS_CONNECTION_FILE" in message
+
+
+def test_targets_help_says_where_the_connection_file_is_looked_for() -> None:
+    result = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "200"})
+
+    assert result.exit_code == 0
+    assert "AGENT_JOBS_CONNECTION_FILE" in result.stdout
+    assert "in the current folder or a folder above it" in result.stdout
+    assert "the project this command is installed from" in result.stdout
