@@ -21,7 +21,16 @@ from agent_jobs.store.codec import (
     wire,
 )
 from agent_jobs.store.conditions import HALTED_INDEX, PARKED_INDEX, PENDING_INDEX, WORKSPACE_INDEX
-from agent_jobs.store.results import AcceptResult, ClaimResult, HaltedPage, JobPage, Lease, ResumeResult
+from agent_jobs.store.results import (
+    AcceptResult,
+    ClaimResult,
+    HaltedPage,
+    JobPage,
+    JobsAhead,
+    Lease,
+    QueuePlace,
+    ResumeResult,
+)
 
 __all__ = [
     "HALTED_INDEX",
@@ -40,7 +49,9 @@ __all__ = [
     "Item",
     "JobGuard",
     "JobPage",
+    "JobsAhead",
     "Lease",
+    "QueuePlace",
     "ResumeOutcome",
     "ResumeResult",
     "cancellation",
