@@ -97,19 +97,15 @@ def dead_letter_head(stack: Stack, expected_job_id: str) -> None:
     at a time and let go, until the queue moves it to the dead-letter queue."""
     sqs = stack.services.sqs
     for _ in range(50):
-        answer = sqs.receive_message(
+        messages = sqs.receive_message(
             QueueUrl=stack.queue_url, MaxNumberOfMessages=1, AttributeNames=["All"], MessageAttributeNames=["All"]
-        )
-        (message,) = answer.get("Messages", []) or [None]
-        if message is None or f'"{expected_job_id}"' not in message["Body"]:
-            if message is not None:  # the head moved on: the dead message is gone, let this one go again
-                sqs.change_message_visibility(
-                    QueueUrl=stack.queue_url, ReceiptHandle=message["ReceiptHandle"], VisibilityTimeout=0
-                )
-            break
-        sqs.change_message_visibility(
-            QueueUrl=stack.queue_url, ReceiptHandle=message["ReceiptHandle"], VisibilityTimeout=0
-        )
+        ).get("Messages", [])
+        if messages:  # let it go again at once
+            sqs.change_message_visibility(
+                QueueUrl=stack.queue_url, ReceiptHandle=messages[0]["ReceiptHandle"], VisibilityTimeout=0
+            )
+        if not messages or f'"{expected_job_id}"' not in messages[0]["Body"]:
+            break  # the head moved on: the dead message is gone
     dead = sqs.receive_message(QueueUrl=stack.dlq_url, MaxNumberOfMessages=10, VisibilityTimeout=0)
     assert any(f'"{expected_job_id}"' in m["Body"] for m in dead.get("Messages", [])), "not dead-lettered"
 

@@ -570,7 +570,7 @@ def test_a_job_claimed_just_before_its_predecessor_is_redriven_parks_instead_of_
             assert parked
         return check(*args, **kwargs)
 
-    guard.jobs_ahead = redrive_lands_first  # type: ignore[method-assign]
+    guard.jobs_ahead = redrive_lands_first
     stack.settle(event, worker.handle(event, lambda_context()))
 
     # Then p1 does not take effect ahead of m1: it parks behind the halt, in its place, and m1 halts ws-a

@@ -160,7 +160,7 @@ class LeaseStore(DrainStore):
                     invocation_id=invocation_id,
                 )
             return lost
-        previous = to_item(answer.get("Attributes", {}))  # type: ignore[arg-type]
+        previous = to_item(answer.get("Attributes", {}))
         lease = Lease(message.job_id, message.workspace_id, message_tenant(message), owner, expires)
         workspace = self._halted_workspace(message.workspace_id)
         outcome = ClaimOutcome.CLAIMED if workspace is None else ClaimOutcome.WORKSPACE_HALTED
