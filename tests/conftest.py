@@ -24,7 +24,12 @@ from agent_jobs.guard import JobGuard, to_item
 from agent_jobs.models import JobMessage, job_message, job_request_adapter
 from agent_jobs.services import Services, build_services
 from agent_jobs.settings import Settings
-from agent_jobs_local.emulator import Emulator, patch_atomic_table_operations, patch_fifo_sequence_numbers
+from agent_jobs_local.emulator import (
+    Emulator,
+    patch_atomic_table_operations,
+    patch_fifo_deduplication,
+    patch_fifo_sequence_numbers,
+)
 from agent_jobs_local.event_source import LambdaContextStub, receive_event, settle
 from agent_jobs_local.template import TemplateModel, load_template, provision
 from agent_jobs_local.unregistered_workspaces import UnregisteredWorkspaces
@@ -146,9 +151,11 @@ def stack() -> Iterator[Stack]:
     """Queue, DLQ and table from template.yaml in moto, in this process. The worker runs message groups on threads,
     so moto's DynamoDB gets the emulator's correction for concurrent writes (a failed transaction's rollback would
     otherwise undo another thread's write, which DynamoDB never does); and the worker orders a workspace's jobs by
-    their SequenceNumbers, so moto's FIFO queues get the emulator's increasing ones instead of random digits."""
+    their SequenceNumbers, so moto's FIFO queues get the emulator's increasing ones instead of random digits, and a
+    duplicate send is answered with the message first accepted, within its deduplication scope and window, as by SQS."""
     patch_atomic_table_operations()
     patch_fifo_sequence_numbers()
+    patch_fifo_deduplication()
     with mock_aws():
         yield _make_stack("in-process", boto3.Session(region_name=REGION))
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import inspect
 import os
 import subprocess
 import sys
@@ -226,6 +227,7 @@ def test_emulator_launcher_applies_every_correction(monkeypatch: pytest.MonkeyPa
 
     from agent_jobs_local.emulator import apply_fidelity_patches
     from agent_jobs_local.emulator_dynamodb import _TABLE_OPERATIONS
+    from agent_jobs_local.emulator_sqs import _DEDUPLICATING
     from agent_jobs_local.emulator_sqs import PATCHED as _PATCHED
 
     queue_operations = (*ATOMIC_QUEUE_OPERATIONS, "receive_message")
@@ -235,12 +237,16 @@ def test_emulator_launcher_applies_every_correction(monkeypatch: pytest.MonkeyPa
         monkeypatch.setattr(sqs_models.Queue, name, sqs_models.Queue.__dict__[name])
     for name in _TABLE_OPERATIONS:
         monkeypatch.setattr(dynamodb_models.DynamoDBBackend, name, getattr(dynamodb_models.DynamoDBBackend, name))
+    # moto's own add_message: the in-process stack fixture may have corrected it in this process already
+    monkeypatch.setattr(sqs_models.Queue, "add_message", inspect.unwrap(sqs_models.Queue.add_message))
     assert not getattr(sqs_models.SQSBackend.delete_message, _PATCHED, False)
+    assert not getattr(sqs_models.Queue.add_message, _DEDUPLICATING, False)
 
     apply_fidelity_patches()
 
     for name in queue_operations:
         assert getattr(getattr(sqs_models.SQSBackend, name), _PATCHED, False), name
+    assert getattr(sqs_models.Queue.add_message, _DEDUPLICATING, False)
     for name in _TABLE_OPERATIONS:
         assert getattr(getattr(dynamodb_models.DynamoDBBackend, name), _PATCHED, False), name
 
