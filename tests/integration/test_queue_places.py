@@ -5,17 +5,26 @@ the worker as the queue delivers, on moto in-process and on moto's server (the e
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import boto3
 import pytest
+from moto import mock_aws
 
 from agent_jobs.guard import JobGuard
 from agent_jobs.models import JobStatus, ResumeDecision, WorkspaceState
 from agent_jobs.resume import resume_workspace
 from agent_jobs_cli.deadletters import DeadLetterQueue, RedriveOutcome, registered_owners
+from agent_jobs_local.emulator import (
+    DEDUPLICATION_WINDOW_SECONDS,
+    patch_atomic_table_operations,
+    patch_fifo_deduplication,
+)
 from enqueue_api import app
-from tests.conftest import ManualClock, Stack
+from tests.conftest import REGION, ManualClock, Stack
+from tests.conftest import _make_stack as make_stack
 from tests.integration.test_enqueue_api import Api, job_body, use_environment
 from tests.integration.test_resume_worker import deliver, run_until_empty, worker_for
 
@@ -67,11 +76,16 @@ class LostAnswers:
         self.count = count
 
 
+def api_on(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> Api:
+    """The enqueue function with the environment template.yaml gives it on `stack`, no services cached."""
+    use_environment(monkeypatch, stack.env("EnqueueApiFunction"))
+    monkeypatch.setattr(app.metrics, "namespace", "AgentJobsTest")
+    return Api(stack)
+
+
 @pytest.fixture
 def api(any_stack: Stack, monkeypatch: pytest.MonkeyPatch) -> Iterator[Api]:
-    use_environment(monkeypatch, any_stack.env("EnqueueApiFunction"))
-    monkeypatch.setattr(app.metrics, "namespace", "AgentJobsTest")
-    yield Api(any_stack)
+    yield api_on(any_stack, monkeypatch)
     app.reset_services()
 
 
@@ -85,11 +99,47 @@ def clock() -> ManualClock:
     return ManualClock()
 
 
+def worker_on(stack: Stack, workspaces: Any, clock: ManualClock) -> Any:
+    """The worker with a clock the test moves (the grace an unconfirmed job ahead gets is counted on it)."""
+    guard = JobGuard(stack.services.dynamodb, stack.table_name, max_attempts=3, clock=clock)
+    return worker_for(stack, workspaces, guard)
+
+
 @pytest.fixture
 def worker(any_stack: Stack, workspaces: Any, clock: ManualClock) -> Any:
-    """The worker with a clock the test moves (the grace an unconfirmed job ahead gets is counted on it)."""
-    guard = JobGuard(any_stack.services.dynamodb, any_stack.table_name, max_attempts=3, clock=clock)
-    return worker_for(any_stack, workspaces, guard)
+    return worker_on(any_stack, workspaces, clock)
+
+
+class WindowClock:
+    """The seconds the queue's deduplication window is measured in, moved only by the test."""
+
+    def __init__(self) -> None:
+        self.now = 1_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture
+def window_stack(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Stack, WindowClock]]:
+    """The template's resources in moto in this process, its FIFO deduplication window on a clock the test turns
+    (the emulator's corrections applied afresh to moto's own methods, and restored afterwards)."""
+    from moto.sqs import models
+
+    for owner, name in (
+        (models.SQSBackend, "send_message"),
+        (models.SQSBackend, "send_message_batch"),
+        (models.Queue, "add_message"),
+    ):
+        monkeypatch.setattr(owner, name, inspect.unwrap(getattr(owner, name)))
+    window = WindowClock()
+    patch_atomic_table_operations()
+    patch_fifo_deduplication(clock=window)
+    with mock_aws():
+        yield make_stack("in-process", boto3.Session(region_name=REGION)), window
 
 
 def dead_letter_head(stack: Stack, expected_job_id: str) -> None:
@@ -165,6 +215,50 @@ def test_a_retry_within_the_window_keeps_the_first_place_and_a_dead_lettered_fir
         retried.body["sequenceNumber"],
         second.body["sequenceNumber"],
     ]
+
+
+def test_a_retry_after_the_window_is_a_later_place_and_the_first_copy_dead_lettered_halts_until_it_comes(
+    window_stack: tuple[Stack, WindowClock],
+    lost_answers: LostAnswers,
+    workspaces: Any,
+    clock: ManualClock,
+    lambda_context: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    stack, window = window_stack
+    api, worker = api_on(stack, monkeypatch), worker_on(stack, workspaces, clock)
+    # L1 is sent, its answer lost (503); L2 is accepted after it; every delivery of L1's message dies unseen
+    lost_answers.next()
+    assert api.post(job_body("L1", "ws-a")).status == 503
+    second = api.post(job_body("L2", "ws-a"))
+    assert second.status == 202
+    dead_letter_head(stack, "L1")
+
+    # L2 waits for L1 through the grace, then parks and halts the workspace naming it
+    clock.advance(stack.settings.unplaced_grace_seconds + 1)
+    deliver(stack, worker, lambda_context)
+    assert workspaces.commits("ws-a") == []
+    assert stack.job("L2")["status"] == JobStatus.PARKED
+    halted_naming(stack, "L1")
+
+    # The client retries L1 after the deduplication window: a second message, later than L2, and the 202 says so
+    window.advance(DEDUPLICATION_WINDOW_SECONDS + 1)
+    retried = api.post(job_body("L1", "ws-a"))
+    assert retried.status == 202
+    assert int(retried.body["sequenceNumber"]) > int(second.body["sequenceNumber"])
+    assert stack.job("L1")["sequenceNumber"] == retried.body["sequenceNumber"]
+    deliver(stack, worker, lambda_context)
+    assert stack.job("L1")["status"] == JobStatus.PARKED
+    # Its first message, redriven from the dead-letter queue, is only deleted: it does not move L1 to its place
+    assert redrive(stack) == [RedriveOutcome.ALREADY_SETTLED]
+    assert stack.queue_depth(stack.dlq_url) == 0
+    assert stack.job("L1")["sequenceNumber"] == retried.body["sequenceNumber"]
+
+    # Resumed: each runs once, in the order of the places their 202s named
+    assert resume(stack, "L1", RETRY).outcome == "RESUMING"
+    run_until_empty(stack, worker, lambda_context)
+    assert workspaces.commits("ws-a") == ["L2", "L1"]
+    assert [stack.job(j)["status"] for j in ("L1", "L2")] == [JobStatus.SUCCEEDED, JobStatus.SUCCEEDED]
 
 
 def test_an_unconfirmed_job_ahead_is_waited_for_then_halts_its_workspace_naming_it(
