@@ -28,7 +28,7 @@ group (its later messages stay in the DLQ, in order) and is left visible for the
 
 No job behind a dead-lettered one runs before the redrive: the job the queue hands out next finds the dead-lettered
 job still unsettled in the table's pending index, is parked behind it and halts the workspace naming it
-(`JobGuard.missing_predecessors`). Each such missing job is one the operator decides: after the redrive parked it,
+(`JobGuard.jobs_ahead`). Each such missing job is one the operator decides: after the redrive parked it,
 a resume with retry runs it in its original place.
 """
 

@@ -1,8 +1,8 @@
 """The local AWS emulator: moto's server in its own process, with SQS FIFO ordering as SQS keeps it.
 
 `Emulator` starts `python -m agent_jobs_local.emulator --port N` on a free loopback port and waits until it answers.
-That launcher corrects five places where moto 5.2.5 breaks the ordering, atomicity or sender identity this product
-relies on, before serving:
+That launcher corrects six places where moto 5.2.5 breaks the ordering, deduplication, atomicity or sender
+identity this product relies on, before serving:
 
 - SequenceNumbers (`patch_fifo_sequence_numbers`). moto draws a FIFO message's SequenceNumber at random
   (`SQSBackend.send_message`), while SQS's numbers increase in the order the queue accepts messages, and this product
@@ -10,6 +10,13 @@ relies on, before serving:
   launcher numbers every message accepted into a FIFO queue from one process-wide counter (20 digits, zero-padded,
   so string order and number order agree), under a lock held while the message joins the queue, so SequenceNumber
   order is acceptance order even with concurrent senders.
+- Deduplication (`patch_fifo_deduplication`). moto deduplicates a FIFO send queue-wide even with
+  `DeduplicationScope: messageGroup`, only against messages still in the queue (a deleted message's id is taken
+  again at once), and answers a duplicate with a new MessageId and SequenceNumber for a message it never enqueues,
+  while the product records a send's answer as the job's place. The launcher keeps every deduplication id a FIFO
+  queue accepted (per message group when the scope says so) for 5 minutes from its send, received or deleted
+  since or not, and answers a duplicate as SQS does: accepted, not enqueued, with the original's MessageId and
+  SequenceNumber. Content-based ids (SHA-256 of the body) go the same way.
 - Redelivery order (`patch_fifo_redelivery_order`). When several messages of one group come back together (their
   visibility timeout expired: a crashed or timed-out invocation), moto's ReceiveMessage skips the earlier ones and
   delivers the group's last message first: it still counts the not-yet-examined expired messages as in flight. SQS
@@ -31,10 +38,7 @@ relies on, before serving:
 
 Known differences from SQS and DynamoDB that remain (nothing here works around them; tests must not rely on them):
 
-- Deduplication is queue-wide even with `DeduplicationScope: messageGroup`, and FifoThroughputLimit is stored but
-  not enforced.
-- A deduplication id is remembered only while its message is in the queue: once the message is deleted, the same
-  id is accepted again at once (SQS remembers it for 5 minutes after the send).
+- FifoThroughputLimit is stored but not enforced.
 - Long polling on a FIFO queue whose visible messages all belong to message groups in flight re-scans the queue
   without pausing until the wait ends, so pollers here use short polls (see `poller.EventSourcePoller`).
 - No StartMessageMoveTask (DLQ redrive back to the source queue); RedriveAllowPolicy is accepted but not stored.
@@ -65,9 +69,11 @@ from typing import IO, Final
 from agent_jobs_local.emulator_dynamodb import patch_atomic_table_operations, transact_write_items_undo_log
 from agent_jobs_local.emulator_sqs import (
     ATOMIC_QUEUE_OPERATIONS,
+    DEDUPLICATION_WINDOW_SECONDS,
     SEQUENCE_NUMBER_DIGITS,
     next_sequence_number,
     patch_atomic_queue_operations,
+    patch_fifo_deduplication,
     patch_fifo_redelivery_order,
     patch_fifo_sequence_numbers,
     patch_sender_ids,
@@ -81,6 +87,7 @@ _HEALTH_PATH: Final = "/moto-api/data.json"
 def apply_fidelity_patches() -> None:
     """Every correction (`emulator_sqs`, `emulator_dynamodb`); the launcher calls it before moto serves."""
     patch_fifo_sequence_numbers()
+    patch_fifo_deduplication()
     patch_fifo_redelivery_order()
     patch_sender_ids()
     patch_atomic_queue_operations()
@@ -237,6 +244,7 @@ class Emulator:
 
 __all__ = [
     "ATOMIC_QUEUE_OPERATIONS",
+    "DEDUPLICATION_WINDOW_SECONDS",
     "SEQUENCE_NUMBER_DIGITS",
     "Emulator",
     "EmulatorError",
@@ -246,6 +254,7 @@ __all__ = [
     "next_sequence_number",
     "patch_atomic_queue_operations",
     "patch_atomic_table_operations",
+    "patch_fifo_deduplication",
     "patch_fifo_redelivery_order",
     "patch_fifo_sequence_numbers",
     "patch_sender_ids",

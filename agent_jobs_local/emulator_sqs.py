@@ -1,19 +1,26 @@
 """The emulator's SQS corrections, applied inside its process before moto serves (see `emulator` for why each is
-needed): FIFO SequenceNumbers in acceptance order, an expired FIFO batch redelivered in group order, each SQS call
-atomic, and a message's SenderId the principal of the key that sent it."""
+needed): FIFO SequenceNumbers in acceptance order, FIFO deduplication by scope and window answered with the original
+message, an expired FIFO batch redelivered in group order, each SQS call atomic, and a message's SenderId the
+principal of the key that sent it."""
 
 from __future__ import annotations
 
 import functools
+import itertools
 import re
 import threading
 import time
+import weakref
+from collections import deque
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, Final
 
 from agent_jobs_local.principals import principal_id
 
 SEQUENCE_NUMBER_DIGITS: Final = 20
+DEDUPLICATION_WINDOW_SECONDS: Final = 300.0
+_DEDUPLICATING: Final = "_agent_jobs_deduplicating"
 _NUMBERED: Final = "_agent_jobs_sequence_numbered"
 PATCHED: Final = "_agent_jobs_sequence_patch"  # marks a moto method the emulator's corrections replaced
 
@@ -107,6 +114,145 @@ def patch_fifo_sequence_numbers() -> None:
     queue_class.add_message = add_message  # type: ignore[method-assign]
     backend_class.send_message = send_message  # type: ignore[method-assign]
     backend_class.send_message_batch = send_message_batch  # type: ignore[method-assign]
+
+
+@dataclass(frozen=True)
+class AcceptedSend:
+    """A FIFO send the queue accepted: what a duplicate of it is answered with until `expires_at`."""
+
+    message_id: str
+    sequence_number: str
+    expires_at: float
+
+
+# The queue (a number per moto Queue object), the message group ("" when deduplication is queue-wide), the id.
+DeduplicationKey = tuple[int, str, str]
+
+
+class FifoDeduplication:
+    """The deduplication ids FIFO queues accepted within the last `window_seconds` of `clock`, each with the
+    MessageId and SequenceNumber of the message it was accepted with.
+
+    An id is remembered from its accepted send, whatever happens to the message afterwards (received, deleted,
+    moved to a dead-letter queue), and forgotten once the window is over: entries expire in the order they were
+    remembered, checked on every lookup, so memory holds at most a window's worth of sends. A queue is known by its
+    moto object, so a queue deleted and created again (or an emulator reset) starts with nothing remembered. Not
+    thread safe by itself: callers hold the lock that makes acceptance atomic.
+    """
+
+    def __init__(
+        self, clock: Callable[[], float] = time.monotonic, window_seconds: float = DEDUPLICATION_WINDOW_SECONDS
+    ) -> None:
+        self._clock = clock
+        self._window_seconds = window_seconds
+        self._accepted: dict[DeduplicationKey, AcceptedSend] = {}
+        self._expiries: deque[tuple[float, DeduplicationKey]] = deque()  # in the order they expire
+        self._queue_numbers: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+        self._next_queue_number = itertools.count()
+
+    def __len__(self) -> int:
+        return len(self._accepted)
+
+    def key(self, queue: Any, message: Any) -> DeduplicationKey | None:
+        """What `message`'s send to `queue` is deduplicated by; None for a message without a deduplication id."""
+        if not message.deduplication_id:
+            return None
+        by_group = queue.attributes.get("DeduplicationScope") == "messageGroup"
+        queue_number = self._queue_numbers.get(queue)
+        if queue_number is None:
+            queue_number = self._queue_numbers[queue] = next(self._next_queue_number)
+        return (queue_number, (message.group_id or "") if by_group else "", str(message.deduplication_id))
+
+    def accepted(self, key: DeduplicationKey) -> AcceptedSend | None:
+        """The send accepted with `key` within the window, or None."""
+        now = self._clock()
+        while self._expiries and self._expiries[0][0] <= now:
+            _, expired = self._expiries.popleft()
+            remembered = self._accepted.get(expired)
+            if remembered is not None and remembered.expires_at <= now:
+                del self._accepted[expired]
+        remembered = self._accepted.get(key)
+        return remembered if remembered is not None and remembered.expires_at > now else None
+
+    def remember(self, key: DeduplicationKey, message_id: str, sequence_number: str) -> None:
+        """Record the send accepted with `key` now, for the window."""
+        expires_at = self._clock() + self._window_seconds
+        self._accepted[key] = AcceptedSend(message_id, sequence_number, expires_at)
+        self._expiries.append((expires_at, key))
+
+
+class _UnmatchedDeduplicationId(str):
+    """A deduplication id equal to no other: moto's own check (queue-wide, against messages still in the queue) never
+    drops a message whose id this is; `FifoDeduplication` has decided already. It reads as the id it wraps."""
+
+    __slots__ = ()
+
+    def __eq__(self, other: object) -> bool:
+        return False
+
+    def __ne__(self, other: object) -> bool:
+        return True
+
+    __hash__ = str.__hash__
+
+
+def patch_fifo_deduplication(
+    clock: Callable[[], float] = time.monotonic, window_seconds: float = DEDUPLICATION_WINDOW_SECONDS
+) -> None:
+    """Make moto's SQS deduplicate FIFO sends as SQS does (idempotent: the first call's clock and window hold; call
+    before serving; applies `patch_fifo_sequence_numbers` first).
+
+    SQS accepts a send whose deduplication id (within the queue, or within the message group when the queue's
+    DeduplicationScope is messageGroup) it accepted in the last five minutes, does not enqueue it, and answers with
+    the MessageId and SequenceNumber of the message first accepted, whether or not that message was since received
+    or deleted. moto deduplicates queue-wide whatever the scope, only against messages still in the queue, and
+    answers a duplicate with a new MessageId and SequenceNumber: a producer that records the answer would record a
+    message that does not exist. Here `Queue.add_message` consults a `FifoDeduplication` (content-based ids, the
+    SHA-256 of the body moto sets, included) under the lock that numbers and appends messages, so deciding,
+    numbering and appending are one step; a duplicate is answered with the original's MessageId and SequenceNumber
+    (the MD5s stay those of the body and attributes sent) and nothing is appended. Every FIFO message's id is
+    wrapped so moto's own check never matches it, also for a move to a dead-letter queue, which is not a send.
+    Raises RuntimeError when moto's SQS no longer has what this relies on.
+    """
+    from moto.sqs import models
+
+    queue_class = models.Queue
+    if not callable(getattr(queue_class, "add_message", None)):
+        raise RuntimeError(
+            "moto's Queue.add_message is gone: agent_jobs_local.emulator cannot deduplicate FIFO messages; update "
+            "patch_fifo_deduplication for this moto version"
+        )
+    patch_fifo_sequence_numbers()
+    if getattr(queue_class.add_message, _DEDUPLICATING, False):
+        return
+
+    deduplication = FifoDeduplication(clock, window_seconds)
+    original_add_message = queue_class.add_message
+
+    @functools.wraps(original_add_message)
+    def add_message(self: Any, message: Any) -> None:
+        if not self.fifo_queue:
+            original_add_message(self, message)
+            return
+        deduplication_id = message.deduplication_id
+        if deduplication_id and not isinstance(deduplication_id, _UnmatchedDeduplicationId):
+            message.deduplication_id = _UnmatchedDeduplicationId(deduplication_id)
+        if not getattr(_accepting, "depth", 0):
+            original_add_message(self, message)
+            return
+        with _sequence_lock:
+            key = deduplication.key(self, message)
+            original = deduplication.accepted(key) if key is not None else None
+            if original is not None:
+                message.id, message.sequence_number = original.message_id, original.sequence_number
+                setattr(message, _NUMBERED, True)
+                return
+            original_add_message(self, message)
+            if key is not None:
+                deduplication.remember(key, message.id, message.sequence_number)
+
+    setattr(add_message, _DEDUPLICATING, True)
+    queue_class.add_message = add_message  # type: ignore[method-assign]
 
 
 def patch_fifo_redelivery_order() -> None:

@@ -27,6 +27,7 @@ from agent_jobs.settings import Settings
 from agent_jobs_local.emulator import (
     Emulator,
     patch_atomic_table_operations,
+    patch_fifo_deduplication,
     patch_fifo_sequence_numbers,
     patch_sender_ids,
 )
@@ -151,10 +152,12 @@ def stack() -> Iterator[Stack]:
     """Queue, DLQ and table from template.yaml in moto, in this process. The worker runs message groups on threads,
     so moto's DynamoDB gets the emulator's correction for concurrent writes (a failed transaction's rollback would
     otherwise undo another thread's write, which DynamoDB never does); and the worker orders a workspace's jobs by
-    their SequenceNumbers, so moto's FIFO queues get the emulator's increasing ones instead of random digits; and it
-    trusts a message's SenderId, so each message gets its sender's principal, as from the emulator."""
+    their SequenceNumbers, so moto's FIFO queues get the emulator's increasing ones instead of random digits, and a
+    duplicate send is answered with the message first accepted, within its deduplication scope and window, as by SQS;
+    and it trusts a message's SenderId, so each message gets its sender's principal, as from the emulator."""
     patch_atomic_table_operations()
     patch_fifo_sequence_numbers()
+    patch_fifo_deduplication()
     patch_sender_ids()
     with mock_aws():
         yield _make_stack("in-process", boto3.Session(region_name=REGION))

@@ -147,9 +147,10 @@ def provision(
 
     Provisioning twice with the same stack name reuses what exists. Against moto 5.2.5 (in-process and server) every
     attribute the template sets is accepted, with these differences from SQS that tests must not rely on:
-    RedriveAllowPolicy is accepted but not stored (GetQueueAttributes rejects its name); deduplication is per queue
-    whatever DeduplicationScope says, and only against messages still in the queue (a deleted message's
-    deduplication id can be sent again at once); FifoThroughputLimit is stored, not enforced. Nothing is dropped.
+    RedriveAllowPolicy is accepted but not stored (GetQueueAttributes rejects its name); FifoThroughputLimit is
+    stored, not enforced; deduplication follows DeduplicationScope and SQS's 5-minute window only with the
+    emulator's correction (`agent_jobs_local.emulator`, also applied by the tests' in-process stack): moto alone
+    deduplicates per queue, against messages still in the queue. Nothing is dropped.
     """
     clients = aws if isinstance(aws, AwsClients) else AwsClients.from_session(aws)
     if isinstance(template, TemplateModel):

@@ -156,7 +156,8 @@ def test_the_same_resume_again_is_already_resuming_and_a_decided_job_points_to_t
 @pytest.mark.parametrize(
     ("record", "halting", "words"),
     [
-        (job(JobStatus.QUEUED), "j1", "is QUEUED and not settled yet"),
+        (job(JobStatus.QUEUED, sequence_number="7"), "j1", "is QUEUED and not settled yet"),
+        (job(JobStatus.QUEUED), "j1", "its send was never confirmed"),
         (job(JobStatus.FAILED), "j1", "is FAILED and not settled yet"),
         (job(JobStatus.IN_FLIGHT), "j1", "redrive it from there"),
         (job(JobStatus.REJECTED), "j1", "rejected message"),

@@ -110,6 +110,10 @@ OPERATIONS: dict[str, Callable[[JobGuard], object]] = {
     "release the drain": lambda g: g.release_drain("w1", "j1", drained_seq="1"),
     "activate": lambda g: g.activate("w1", "r1"),
     "missing predecessors": lambda g: g.missing_predecessors("w1", tenant_id="t1", job_id="j1", sequence_number="5"),
+    "jobs ahead": lambda g: g.jobs_ahead(
+        "w1", tenant_id="t1", job_id="j1", sequence_number="5", sent_at=1, unplaced_grace_ms=30_000
+    ),
+    "release a claim": lambda g: g.release(LEASE, reason="waits for j0"),
     "list parked": lambda g: g.list_parked("w1", after_seq=None, expected=0),
     "list halted": lambda g: g.list_halted("t1"),
     "workspace jobs": lambda g: g.workspace_jobs("w1", "t1", limit=5, attributes=["jobId", "status"]),

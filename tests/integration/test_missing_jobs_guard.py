@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from agent_jobs.guard import AcceptOutcome, FailOutcome, JobGuard, ResumeOutcome
+from agent_jobs.guard import AcceptOutcome, ClaimOutcome, FailOutcome, JobGuard, ResumeOutcome
 from agent_jobs.keys import job_key
 from agent_jobs.models import JobStatus, ResumeDecision, WorkspaceState
 from tests.conftest import ManualClock, Stack, make_message, register_workspace
@@ -17,9 +17,14 @@ RETRY, SKIP = ResumeDecision.RETRY, ResumeDecision.SKIP
 
 
 @pytest.fixture
-def guard(any_stack: Stack) -> JobGuard:
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+def guard(any_stack: Stack, clock: ManualClock) -> JobGuard:
     register_workspace(any_stack, "ws-a", "tenant-1")
-    return JobGuard(any_stack.services.dynamodb, any_stack.table_name, max_attempts=3, clock=ManualClock())
+    return JobGuard(any_stack.services.dynamodb, any_stack.table_name, max_attempts=3, clock=clock)
 
 
 def accepted(guard: JobGuard, job_id: str, seq: str) -> Any:
@@ -162,3 +167,80 @@ def test_missing_jobs_halt_their_workspace_and_each_is_decided_before_anything_r
     assert [any_stack.job(j)["status"] for j in ("a1", "a2")] == [JobStatus.SKIPPED, JobStatus.SKIPPED]
     accepted(guard, "a4", "400")
     assert missing(guard, "a4", "400") == []
+
+
+# ---- a job's queue place: decided once, by what the queue holds -----------------------------------------------------
+
+
+def test_a_recorded_place_never_moves_later_and_a_resend_is_answered_with_it(guard: JobGuard, any_stack: Stack):
+    accepted(guard, "a1", "100")
+    # A resend after the deduplication window is a second message with a later SequenceNumber
+    place = guard.record_sent("tenant-1", "a1", "m-again", "500")
+    assert (place.message_id, place.sequence_number) == ("m-a1", "100")
+    assert (any_stack.job("a1")["sequenceNumber"], any_stack.job("a1")["messageId"]) == ("100", "m-a1")
+    assert any_stack.job("a1")["queueSeq"] == "100".rjust(40, "0")
+
+
+def test_a_claimed_copy_places_a_job_whose_send_was_never_confirmed(guard: JobGuard, any_stack: Stack):
+    message = make_message("a1")
+    guard.record_accepted(message)
+    claim = guard.claim(message, message_id="m-a1", sequence_number="100", remaining_ms=60_000)
+    assert claim.lease is not None
+    assert claim.place == "100"
+    # The producer's late answer of another send finds the job placed by the copy the worker claimed
+    assert guard.record_sent("tenant-1", "a1", "m-other", "300").sequence_number == "100"
+
+
+def test_an_earlier_copy_than_the_recorded_place_is_not_claimed(guard: JobGuard, any_stack: Stack):
+    message = make_message("a1")
+    guard.record_accepted(message)
+    guard.record_sent("tenant-1", "a1", "m-second", "300")  # the send answered after the window: a second message
+    stale = guard.claim(message, message_id="m-first", sequence_number="100", remaining_ms=60_000)
+    assert stale.outcome is ClaimOutcome.STALE_COPY
+    assert stale.lease is None
+    assert any_stack.job("a1")["status"] == JobStatus.QUEUED
+    later = guard.claim(message, message_id="m-second", sequence_number="300", remaining_ms=60_000)
+    assert later.lease is not None
+
+
+def test_a_later_copy_than_the_recorded_place_runs_at_the_recorded_place(guard: JobGuard, any_stack: Stack):
+    message = accepted(guard, "a1", "100")
+    claim = guard.claim(message, message_id="m-again", sequence_number="500", remaining_ms=60_000)
+    assert claim.lease is not None
+    assert claim.place == "100"
+    assert any_stack.job("a1")["sequenceNumber"] == "100"
+
+
+def test_a_job_accepted_but_not_confirmed_is_ahead_of_every_job_sent_after_it(
+    guard: JobGuard, any_stack: Stack, clock: ManualClock
+):
+    guard.record_accepted(make_message("a1"))  # its send's answer never recorded: unplaced
+    assert any_stack.job("a1")["queueSeq"].startswith("!")
+    accepted(guard, "a2", "200")
+    sent_at = int(any_stack.job("a2")["sentAt"])
+    ahead = guard.jobs_ahead(
+        "ws-a", tenant_id="tenant-1", job_id="a2", sequence_number="200", sent_at=sent_at, unplaced_grace_ms=30_000
+    )
+    assert ([str(i["jobId"]) for i in ahead.unplaced], ahead.missing) == (["a1"], [])
+    # Past its grace, it is a job the queue lost: missing, as the halt names it
+    clock.advance(31)
+    ahead = guard.jobs_ahead(
+        "ws-a", tenant_id="tenant-1", job_id="a2", sequence_number="200", sent_at=sent_at, unplaced_grace_ms=30_000
+    )
+    assert ([str(i["jobId"]) for i in ahead.missing], ahead.unplaced) == (["a1"], [])
+    # Confirmed, it is placed where the queue put it, and ahead as any job is
+    assert guard.record_sent("tenant-1", "a1", "m-a1", "150").sequence_number == "150"
+    assert missing(guard, "a2", "200") == ["a1"]
+
+
+def test_a_job_accepted_after_this_one_was_sent_is_not_ahead_of_it(
+    guard: JobGuard, any_stack: Stack, clock: ManualClock
+):
+    accepted(guard, "a1", "100")
+    sent_at = int(any_stack.job("a1")["sentAt"])
+    clock.advance(2)  # past the margin allowed for the producers' clocks
+    guard.record_accepted(make_message("a2"))  # unplaced, and recorded after a1's send: behind it in the queue
+    ahead = guard.jobs_ahead(
+        "ws-a", tenant_id="tenant-1", job_id="a1", sequence_number="100", sent_at=sent_at, unplaced_grace_ms=30_000
+    )
+    assert (ahead.missing, ahead.unplaced) == ([], [])

@@ -595,7 +595,7 @@ def test_a_job_claimed_just_before_its_predecessor_is_redriven_parks_instead_of_
 
     # When the operator's redrive parks m1 and halts ws-a after p1's claim and before p1's check of the jobs ahead
     guard = worker.services.guard
-    check = guard.missing_predecessors
+    check = guard.jobs_ahead
 
     def redrive_lands_first(*args: Any, **kwargs: Any) -> Any:
         if guard.get_job("tenant-1", "m1")["status"] == JobStatus.QUEUED:
@@ -611,7 +611,7 @@ def test_a_job_claimed_just_before_its_predecessor_is_redriven_parks_instead_of_
             assert parked
         return check(*args, **kwargs)
 
-    guard.missing_predecessors = redrive_lands_first
+    guard.jobs_ahead = redrive_lands_first
     stack.settle(event, worker.handle(event, lambda_context()))
 
     # Then p1 does not take effect ahead of m1: it parks behind the halt, in its place, and m1 halts ws-a

@@ -4,6 +4,7 @@ and stamping each with its sender's principal."""
 from __future__ import annotations
 
 import contextlib
+import inspect
 import os
 import subprocess
 import sys
@@ -229,6 +230,7 @@ def test_emulator_launcher_applies_every_correction(monkeypatch: pytest.MonkeyPa
 
     from agent_jobs_local.emulator import apply_fidelity_patches
     from agent_jobs_local.emulator_dynamodb import _TABLE_OPERATIONS
+    from agent_jobs_local.emulator_sqs import _DEDUPLICATING
     from agent_jobs_local.emulator_sqs import PATCHED as _PATCHED
 
     queue_operations = (*ATOMIC_QUEUE_OPERATIONS, "receive_message")
@@ -241,7 +243,10 @@ def test_emulator_launcher_applies_every_correction(monkeypatch: pytest.MonkeyPa
     for name in ("send_message", "send_message_batch"):
         monkeypatch.setattr(sqs_responses.SQSResponse, name, getattr(sqs_responses.SQSResponse, name))
     monkeypatch.setattr(sqs_models.Message, "__init__", sqs_models.Message.__init__)
+    # moto's own add_message: the in-process stack fixture may have corrected it in this process already
+    monkeypatch.setattr(sqs_models.Queue, "add_message", inspect.unwrap(sqs_models.Queue.add_message))
     assert not getattr(sqs_models.SQSBackend.delete_message, _PATCHED, False)
+    assert not getattr(sqs_models.Queue.add_message, _DEDUPLICATING, False)
 
     apply_fidelity_patches()
 
@@ -249,6 +254,7 @@ def test_emulator_launcher_applies_every_correction(monkeypatch: pytest.MonkeyPa
         assert getattr(getattr(sqs_responses.SQSResponse, name), _PATCHED, False), name
     for name in queue_operations:
         assert getattr(getattr(sqs_models.SQSBackend, name), _PATCHED, False), name
+    assert getattr(sqs_models.Queue.add_message, _DEDUPLICATING, False)
     for name in _TABLE_OPERATIONS:
         assert getattr(getattr(dynamodb_models.DynamoDBBackend, name), _PATCHED, False), name
 

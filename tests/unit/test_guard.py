@@ -250,7 +250,7 @@ def test_claim_in_halted_workspace_is_refused_and_job_can_be_parked(guard: JobGu
     assert guard.park(
         later,
         message_id="m-2",
-        sequence_number="200",
+        sequence_number=result.place,
         body="{}",
         reason="workspace halted",
         lease=result.lease,
@@ -258,7 +258,7 @@ def test_claim_in_halted_workspace_is_refused_and_job_can_be_parked(guard: JobGu
     )
     parked = stack.job("j2")
     assert parked["status"] == JobStatus.PARKED
-    assert parked["sequenceNumber"] == "200"
+    assert parked["sequenceNumber"] == "100"  # the place its claim recorded
     assert parked["attempt"] == 0  # the claim was taken back: parking behind a halt uses none of the job's claims
     assert "ttl" not in parked
 

@@ -27,7 +27,16 @@ from agent_jobs.store.conditions import (
     PENDING_INDEX,
     WORKSPACE_INDEX,
 )
-from agent_jobs.store.results import AcceptResult, ClaimResult, HaltedPage, JobPage, Lease, ResumeResult
+from agent_jobs.store.results import (
+    AcceptResult,
+    ClaimResult,
+    HaltedPage,
+    JobPage,
+    JobsAhead,
+    Lease,
+    QueuePlace,
+    ResumeResult,
+)
 
 __all__ = [
     "ATTEMPTS_BEFORE_RETRY",
@@ -47,7 +56,9 @@ __all__ = [
     "Item",
     "JobGuard",
     "JobPage",
+    "JobsAhead",
     "Lease",
+    "QueuePlace",
     "ResumeOutcome",
     "ResumeResult",
     "cancellation",

@@ -54,6 +54,27 @@ def parked_sequence(sequence_number: str | None, fallback_ms: int) -> str:
     return "~" + str(fallback_ms).rjust(PARKED_SEQUENCE_WIDTH, "0")
 
 
+# The pending index's key (`queueSeq`) of a job accepted but not yet placed in its queue: its send is not confirmed,
+# and no worker has seen a copy of it. It sorts before every SequenceNumber (b"!" < b"0"), by when it was accepted, so
+# that every job claimed after it finds it ahead (`agent_jobs.store.queries`).
+UNPLACED_PREFIX = "!"
+
+
+def unplaced_sequence(accepted_at_ms: int) -> str:
+    """The `queueSeq` of a job whose place in its queue is not known yet (recorded, its send unconfirmed)."""
+    return UNPLACED_PREFIX + str(accepted_at_ms).rjust(PARKED_SEQUENCE_WIDTH, "0")
+
+
+def is_unplaced(queue_seq: object) -> bool:
+    """Whether a `queueSeq` is `unplaced_sequence`'s: the job's place is not known yet."""
+    return isinstance(queue_seq, str) and queue_seq.startswith(UNPLACED_PREFIX)
+
+
+def unplaced_since(queue_seq: str) -> int:
+    """When the job of an unplaced `queueSeq` was accepted (epoch ms)."""
+    return int(queue_seq.removeprefix(UNPLACED_PREFIX))
+
+
 def job_key(tenant_id: str, job_id: str) -> str:
     """A job record's key: `job#<tenantId>#<jobId>`. JobIds are named by each tenant, so the key holds the tenant:
     one tenant can neither take nor read another's job by naming its jobId. Neither id may hold `#` (ID_PATTERN)."""

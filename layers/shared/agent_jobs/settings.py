@@ -96,6 +96,10 @@ class Settings(BaseSettings):
     time_safety_margin_ms: Annotated[int, Field(ge=0)] = 10_000
     backoff_base_seconds: Annotated[int, Field(ge=0)] = 2
     backoff_max_seconds: Annotated[int, Field(ge=0, le=43_200)] = 300
+    # How long a claimed job waits for a job its workspace accepted before it whose send is not confirmed yet (its
+    # producer may still be confirming it) before the workspace is halted naming that job (`jobs_ahead`); the waiting
+    # job's claim is given back each time, uncounted.
+    unplaced_grace_seconds: Annotated[int, Field(ge=0, le=900)] = 30
     # A resume's drain runs at most this many parked jobs per drain marker before it sends the next marker.
     drain_jobs_per_marker: Annotated[int, Field(ge=1, le=1000)] = 10
     # How long a drain marker waits when the parked index lags behind the workspace's parkedCount.

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
-from agent_jobs.guard import ClaimOutcome, FailOutcome, Item, Lease
+from agent_jobs.guard import ClaimOutcome, ClaimResult, FailOutcome, Item, Lease
 from agent_jobs.models import JobMessage, PayloadUnavailableError
 from job_worker.jobs import run_job
 from job_worker.jobs.context import JobContext
@@ -60,6 +60,14 @@ class JobRunning(RecordParsing):
             self.logger.info("duplicate delivery of a job that already took effect: acknowledged")
             self._count("JobsDuplicate", job_type)
             return
+        if outcome is ClaimOutcome.STALE_COPY:
+            place = (claim.previous or {}).get("sequenceNumber")
+            self.logger.info(
+                "an earlier copy of a job placed later in its queue: acknowledged, the copy at its place runs it",
+                extra={"place": place, "sequenceNumber": record.attributes.sequence_number},
+            )
+            self._count("StaleCopiesAcknowledged", job_type)
+            return
         if outcome is ClaimOutcome.BUSY:
             lease_left_ms = int((claim.previous or {}).get("leaseExpiresAt", 0)) - guard.now()
             self.logger.info("job is leased by another worker: retry after its lease")
@@ -67,7 +75,7 @@ class JobRunning(RecordParsing):
         if (
             outcome is ClaimOutcome.WORKSPACE_HALTED
             and claim.lease is not None
-            and self._parked_behind_the_halt(record, message, claim.lease)
+            and self._parked_behind_the_halt(record, message, claim.lease, claim.place)
         ):
             return
         if outcome in (ClaimOutcome.SETTLED, ClaimOutcome.CONFLICT, ClaimOutcome.EXHAUSTED):
@@ -79,7 +87,7 @@ class JobRunning(RecordParsing):
             return
         if outcome is ClaimOutcome.CONTENDED or claim.lease is None:
             raise RetryLaterError("claim contended", 1)
-        if self._parked_behind_missing_jobs(record, message, claim.lease):
+        if self._parked_behind_jobs_ahead(record, message, claim):
             return
 
         self._run_leased(
@@ -92,27 +100,45 @@ class JobRunning(RecordParsing):
             sequence_number=record.attributes.sequence_number,
         )
 
-    def _parked_behind_the_halt(self, record: SQSRecord, message: JobMessage, lease: Lease) -> bool:
-        """The claim found the workspace HALTED or RESUMING: park the job under its new lease and take the claim back.
-        False when the park was refused but the job is still ours (the workspace became ACTIVE again between the claim
-        and the park: a resume ended): it runs. Raises RetryLaterError when the lease was lost meanwhile."""
-        if self._park(record, message, reason="workspace halted", lease=lease, unclaim=True):
+    def _parked_behind_the_halt(self, record: SQSRecord, message: JobMessage, lease: Lease, place: str | None) -> bool:
+        """The claim found the workspace HALTED or RESUMING: park the job under its new lease, at its place, and take
+        the claim back. False when the park was refused but the job is still ours (the workspace became ACTIVE again
+        between the claim and the park: a resume ended): it runs. Raises RetryLaterError when the lease was lost
+        meanwhile."""
+        if self._park(record, message, reason="workspace halted", lease=lease, unclaim=True, place=place):
             return True
         if self.services.guard.holds(lease):
             self.logger.info("the workspace became ACTIVE again before the job could be parked: it runs")
             return False
         raise RetryLaterError("lease lost before the job could be parked: claim again", 0)
 
-    def _parked_behind_missing_jobs(self, record: SQSRecord, message: JobMessage, lease: Lease) -> bool:
+    def _parked_behind_jobs_ahead(self, record: SQSRecord, message: JobMessage, claim: ClaimResult) -> bool:
         """True if jobs the workspace accepted ahead of this one left the queue unsettled: this job, just claimed, is
         parked behind them and the workspace halted naming them (a resume runs it after they were redriven and
-        retried, or skipped). Checked after the claim, so a duplicate delivery still costs one write and no read."""
-        missing = self.services.guard.missing_predecessors(
+        retried, or skipped). Checked after the claim, so a duplicate delivery still costs one write and no read.
+
+        A job accepted ahead of it whose send is not confirmed yet (unplaced, `jobs_ahead`) is waited for while its
+        producer may still confirm it: the claim is given back uncounted and the record comes back when that may have
+        happened (RetryLaterError), as long as the record's deliveries leave its job every attempt
+        (`Settings.deferrable`); past that, or past the grace, it is missing like the others."""
+        guard, settings = self.services.guard, self.services.settings
+        lease = claim.lease
+        if lease is None:
+            return False
+        previous = claim.previous or {}
+        sent_at = previous.get("sentAt")
+        ahead = guard.jobs_ahead(
             message.workspace_id,
             tenant_id=str(message.tenant_id),
             job_id=message.job_id,
-            sequence_number=record.attributes.sequence_number,
+            sequence_number=claim.place,
+            sent_at=int(sent_at) if sent_at is not None else None,
+            unplaced_grace_ms=settings.unplaced_grace_seconds * 1000,
         )
+        receives = int(record.attributes.approximate_receive_count)
+        if ahead.unplaced and not ahead.missing and settings.deferrable(receives):
+            self._wait_for_unplaced(record, message, lease, ahead.unplaced)
+        missing = sorted([*ahead.missing, *ahead.unplaced], key=lambda item: str(item.get("queueSeq", "")))
         if not missing:
             return False
         missing_ids = [str(item.get("jobId")) for item in missing]
@@ -120,9 +146,29 @@ class JobRunning(RecordParsing):
             "jobs accepted ahead of this one never took effect: workspace halted", extra={"missingJobIds": missing_ids}
         )
         reason = f"jobs ahead of it never took effect: {', '.join(missing_ids)}"
-        if not self._park(record, message, reason=reason, lease=lease, missing=missing):
+        if not self._park(record, message, reason=reason, lease=lease, missing=missing, place=claim.place):
             raise RetryLaterError("lease lost before the job could be parked", 1)
         return True
+
+    def _wait_for_unplaced(self, record: SQSRecord, message: JobMessage, lease: Lease, unplaced: list[Item]) -> None:
+        """Give the claim back and have the record come back once the unplaced jobs ahead were confirmed or their
+        grace ended (always raises RetryLaterError)."""
+        guard, settings = self.services.guard, self.services.settings
+        waiting_on = [str(item.get("jobId")) for item in unplaced]
+        grace_left_ms = max(
+            settings.unplaced_grace_seconds * 1000 - (guard.now() - int(item.get("acceptedAt") or 0))
+            for item in unplaced
+        )
+        delay = max(1, min(self._backoff_seconds(record), -(-grace_left_ms // 1000)))
+        reason = f"waits for {', '.join(waiting_on)}, accepted ahead of it, whose send is not confirmed yet"
+        if not guard.release(lease, reason=reason):
+            raise RetryLaterError("lease lost before the claim could be given back", 1)
+        self.logger.info(
+            "a job accepted ahead of this one is not placed in the queue yet: waiting for it",
+            extra={"waitingOn": waiting_on, "delaySeconds": delay},
+        )
+        self._count("JobsWaitingOnUnplaced", str(message.type))
+        raise RetryLaterError(reason, delay)
 
     def _run_leased(
         self,
@@ -199,11 +245,12 @@ class JobRunning(RecordParsing):
         lease: Lease | None = None,
         missing: list[Item] | None = None,
         unclaim: bool = False,
+        place: str | None = None,
     ) -> bool:
         parked = self.services.guard.park(
             message,
             message_id=record.message_id,
-            sequence_number=record.attributes.sequence_number,
+            sequence_number=place or record.attributes.sequence_number,
             body=self._storable_body(record, message),
             reason=reason,
             halt_workspace=halt,

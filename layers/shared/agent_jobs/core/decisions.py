@@ -25,12 +25,23 @@ class LostClaim:
 
 
 def lost_claim(
-    job: JobRecord, *, payload_hash: str, now: int, alone: bool, near_delivery_limit: bool, max_claims: int
+    job: JobRecord,
+    *,
+    payload_hash: str,
+    now: int,
+    alone: bool,
+    near_delivery_limit: bool,
+    max_claims: int,
+    sequence_number: str | None = None,
 ) -> LostClaim:
-    """A claim's condition on the job failed: what the job's record says about it."""
+    """A claim's condition on the job failed: what the job's record says about it. `sequence_number`: the delivered
+    copy's SequenceNumber (the claim places the job there unless its record is placed elsewhere)."""
     taken = _taken(job, payload_hash=payload_hash, now=now)
     if taken is not None:
         return LostClaim(taken)
+    mismatch = place_mismatch(job, sequence_number)
+    if mismatch is not None:
+        return LostClaim(mismatch)
     lost = job.status is JobStatus.IN_FLIGHT  # its worker never came back
     if lost and not alone:
         return LostClaim(ClaimOutcome.SUSPECT)
@@ -47,6 +58,16 @@ def lost_claim(
     else:
         error = f"claims exhausted ({job.attempt} of {max_claims}) without a recorded outcome"
     return LostClaim(ClaimOutcome.EXHAUSTED, error)
+
+
+def place_mismatch(job: JobRecord, sequence_number: str | None) -> ClaimOutcome | None:
+    """A delivered copy whose SequenceNumber is not the job's recorded place: STALE_COPY when the place is later (the
+    copy at the place runs the job), LATER_COPY when it is earlier (claim the job at its place); None when the record
+    has no place yet, or this one, or either is not a number."""
+    place, delivered = job.sequence_number, sequence_number
+    if not place or not delivered or not place.isdigit() or not delivered.isdigit() or int(place) == int(delivered):
+        return None
+    return ClaimOutcome.STALE_COPY if int(place) > int(delivered) else ClaimOutcome.LATER_COPY
 
 
 def _taken(job: JobRecord, *, payload_hash: str, now: int) -> ClaimOutcome | None:
@@ -142,6 +163,13 @@ def resume_refusal(
 def retry_refusal(job: JobRecord | None, *, halting_job_id: str, workspace_id: str) -> str | None:
     """Why the halting job cannot run again (the operator's way out), or None when a retry can run it."""
     status = job.status if job else None
+    if job is not None and status is JobStatus.QUEUED and not job.sequence_number:
+        return (
+            f"job '{halting_job_id}' was accepted but its send was never confirmed, so where its message is (if"
+            " anywhere) is unknown: if its client sends it again (same jobId and payload), it is queued and parked"
+            f" here; if its message is in the dead-letter queue, redrive it (agent-jobs dlq redrive --workspace"
+            f" {workspace_id}), which parks it; then retry it. Or resume with decision 'skip' to drop it"
+        )
     if status in UNSETTLED:
         return (
             f"job '{halting_job_id}' is {status} and not settled yet: its message is either still on the queue, where"

@@ -17,6 +17,13 @@ class ClaimOutcome(StrEnum):
     # Its last claim never came back from an invocation that ran other jobs too, so it may be what killed that
     # invocation, or an innocent victim of another job: claim it again only alone (`claim(..., alone=True)`).
     SUSPECT = "SUSPECT"
+    # A copy of the job ahead of its place in the queue: the job's place was recorded later (a send confirmed after
+    # the deduplication window, while this earlier copy was still queued). The copy at its place runs it:
+    # acknowledge this one without effect.
+    STALE_COPY = "STALE_COPY"
+    # A copy behind the job's recorded place, the job not yet settled (its copy there left the queue unsettled): the
+    # store claims it again at the recorded place (`claim`); callers never see this outcome.
+    LATER_COPY = "LATER_COPY"
 
 
 class FailOutcome(StrEnum):

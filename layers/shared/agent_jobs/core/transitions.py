@@ -28,6 +28,8 @@ class JobAction(StrEnum):
     RETRY = "retry on resume"  # an operator runs the job that halted the workspace again
     DRAIN = "drain"  # a resume runs a parked job, in queue order
     PARK_AGAIN = "fail in the drain, attempts left"  # a drained job failed: parked again at its place
+    # a job accepted ahead of it may still be confirmed by its producer: the claim is given back, uncounted
+    WAIT = "wait for an unplaced job ahead"
 
 
 class WorkspaceAction(StrEnum):
@@ -78,6 +80,7 @@ JOB_TRANSITIONS: tuple[Transition, ...] = (
     Transition(JobAction.DRAIN, _J.PARKED, _J.IN_FLIGHT, "the workspace is RESUMING by this resume"),
     Transition(JobAction.DRAIN, _J.IN_FLIGHT, _J.IN_FLIGHT, "the drain's own job; its lease expired"),
     Transition(JobAction.PARK_AGAIN, _J.IN_FLIGHT, _J.PARKED, "a drained job; failures are left"),
+    Transition(JobAction.WAIT, _J.IN_FLIGHT, _J.QUEUED, "its own lease; the claim is not counted"),
 )
 
 WORKSPACE_TRANSITIONS: tuple[Transition, ...] = (

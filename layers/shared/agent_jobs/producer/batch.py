@@ -121,7 +121,34 @@ def enqueue_jobs(
         else:
             results[item.index] = answered
 
+    sent, sent_items = _send(to_send, tenant_id, results, sqs=sqs, queue_url=queue_url)
+    if sent:
+        # Each job is answered with its place as recorded (`JobGuard.record_sent`), not the send's answer alone.
+        places = guard.record_sent_batch(sent)
+        for (item, outcome), place in zip(sent_items, places, strict=True):
+            results[item.index] = BatchItemResult(
+                item.job.job_id,
+                HTTPStatus.ACCEPTED,
+                status=str(outcome.item.get("status", JobStatus.QUEUED)),
+                message_id=place.message_id,
+                sequence_number=place.sequence_number,
+                created=outcome.outcome is AcceptOutcome.NEW,
+            )
+    return [results[index] for index in range(len(jobs))]
+
+
+def _send(
+    to_send: list[tuple[_Pending, AcceptResult]],
+    tenant_id: str,
+    results: dict[int, BatchItemResult],
+    *,
+    sqs: SQSClient,
+    queue_url: str,
+) -> tuple[list[tuple[str, str, str, str | None]], list[tuple[_Pending, AcceptResult]]]:
+    """Send the jobs to send, in order: the sends to record, with their items; a job the queue did not take is
+    answered in `results`, and the jobs of its workspace after it wait for a later submission."""
     sent: list[tuple[str, str, str, str | None]] = []
+    sent_items: list[tuple[_Pending, AcceptResult]] = []
     refused_groups: set[str] = set()  # a job of the group was not taken: later ones wait, to keep their order
     for whole_chunk in _send_chunks(to_send):
         chunk = []
@@ -152,22 +179,13 @@ def enqueue_jobs(
                 message_id = successful[entry_id]["MessageId"]
                 sequence_number = successful[entry_id].get("SequenceNumber")
                 sent.append((tenant_id, job.job_id, message_id, sequence_number))
-                results[item.index] = BatchItemResult(
-                    job.job_id,
-                    HTTPStatus.ACCEPTED,
-                    status=str(outcome.item.get("status", JobStatus.QUEUED)),
-                    message_id=message_id,
-                    sequence_number=sequence_number,
-                    created=outcome.outcome is AcceptOutcome.NEW,
-                )
+                sent_items.append((item, outcome))
             else:
                 refusal = failed.get(entry_id)
                 reason = (refusal.get("Message") or refusal["Code"]) if refusal else "no answer for its entry"
                 results[item.index] = _unsent(job, reason)
                 refused_groups.add(job.workspace_id)
-    if sent:
-        guard.record_sent_batch(sent)
-    return [results[index] for index in range(len(jobs))]
+    return sent, sent_items
 
 
 def _check_batch(jobs: Sequence[ApplyPatchJob | RunTestsJob | OpenPrJob]) -> None:

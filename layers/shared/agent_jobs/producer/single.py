@@ -59,10 +59,14 @@ def enqueue_job(
     The QUEUED record is written *before* the send, conditional on the jobId being new, so a resubmission with
     another payload is refused (JobConflictError) instead of being silently dropped by SQS deduplication, and a
     resubmission after the 5-minute deduplication window is answered from the record instead of being sent again.
-    A record that exists but was never confirmed sent (the sender crashed) is sent again; the deduplication id and
-    the worker's claim make that safe. A job for a workspace of another tenant is refused (WorkspaceForbiddenError),
-    and one for a workspace nobody registered (WorkspaceUnregisteredError), checked against the registration before
-    the write: nothing is recorded or sent.
+    A record that exists but was never confirmed sent (the sender crashed, or the write confirming it failed) is sent
+    again; the deduplication id and the worker's claim make that safe. The answer's sequenceNumber is the job's place
+    in its workspace's order as recorded (`JobGuard.record_sent`): within SQS's 5-minute deduplication window a resend
+    is answered with the first message's SequenceNumber, so the job keeps the place its first send took; after it,
+    the resend is a second message, and its SequenceNumber becomes the place (an earlier copy still queued is then
+    acknowledged without effect), unless a worker already placed the job by a copy it claimed. A job for a workspace
+    of another tenant is refused (WorkspaceForbiddenError), and one for a workspace nobody registered
+    (WorkspaceUnregisteredError), checked against the registration before the write: nothing is recorded or sent.
 
     A message body above `inline_limit_bytes` is sent as a pointer: the payload is stored in `payloads` first (so no
     QUEUED record or message ever points at an object that is not there; storing is idempotent), then the job is
@@ -105,8 +109,9 @@ def enqueue_job(
         MessageDeduplicationId=deduplication_id(tenant_id, job.job_id, str(job.type)),
         MessageAttributes=message_attributes(tenant_id, str(job.type)),
     )
-    message_id = response["MessageId"]
-    sequence_number = response.get("SequenceNumber")
-    guard.record_sent(tenant_id, job.job_id, message_id, sequence_number)
+    # The answer is the job's place as recorded: the send's, or the one a worker's claim of an earlier copy recorded.
+    place = guard.record_sent(tenant_id, job.job_id, response["MessageId"], response.get("SequenceNumber"))
     status = str(accepted.item.get("status", JobStatus.QUEUED))
-    return EnqueueResult(job.job_id, status, message_id, sequence_number, accepted.outcome is AcceptOutcome.NEW)
+    return EnqueueResult(
+        job.job_id, status, place.message_id, place.sequence_number, accepted.outcome is AcceptOutcome.NEW
+    )

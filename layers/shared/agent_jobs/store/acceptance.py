@@ -11,12 +11,12 @@ from botocore.exceptions import ClientError
 from agent_jobs.core import decisions
 from agent_jobs.core.outcomes import AcceptOutcome
 from agent_jobs.core.records import JobRecord, registration_owner
-from agent_jobs.keys import job_key, workspace_key
+from agent_jobs.keys import job_key, unplaced_sequence, workspace_key
 from agent_jobs.models import JobMessage, JobStatus
 from agent_jobs.store.base import message_tenant
 from agent_jobs.store.codec import Item, cancellation, condition_failed, reason_failed, to_item, wire
-from agent_jobs.store.conditions import sequence_clauses
-from agent_jobs.store.results import AcceptResult
+from agent_jobs.store.conditions import place_clauses
+from agent_jobs.store.results import AcceptResult, QueuePlace
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.type_defs import TransactWriteItemTypeDef
@@ -90,17 +90,33 @@ class AcceptanceStore(StoreBase):
             return None
         return decisions.workspace_refusal(owner, tenant_id)
 
-    def record_sent(self, tenant_id: str, job_id: str, message_id: str, sequence_number: str | None) -> None:
-        """Store the queue's message id and sequence number; never touches the status a worker may already own."""
-        values: dict[str, Any] = {":mid": message_id}
-        expression = "SET messageId = :mid" + sequence_clauses(values, sequence_number)
-        self._client.update_item(
-            TableName=self._table,
-            Key=wire({"pk": job_key(tenant_id, job_id)}),
-            UpdateExpression=expression,
-            ConditionExpression="attribute_exists(pk)",
-            ExpressionAttributeValues=wire(values),
-        )
+    def record_sent(self, tenant_id: str, job_id: str, message_id: str, sequence_number: str | None) -> QueuePlace:
+        """Record the queue's answer to the job's send: its message id, and its SequenceNumber as the job's place
+        (with `sentAt`, when the answer was recorded), unless the job is placed already (an earlier send confirmed, or
+        a worker claimed a copy of it): a recorded place never moves. Never touches the status a worker may own.
+
+        Returns the job's place as recorded, which is what the producer answers: after SQS's 5-minute deduplication
+        window a resend is a second message with a later SequenceNumber, and an earlier copy the worker already placed
+        the job by is where it takes effect. Raises ClientError when the job has no record."""
+        now = self._clock()
+        values: dict[str, Any] = {":mid": message_id, ":now": now}
+        clauses, place_condition = place_clauses(values, sequence_number)
+        condition = "attribute_exists(pk)" + (f" AND {place_condition}" if place_condition else "")
+        try:
+            self._client.update_item(
+                TableName=self._table,
+                Key=wire({"pk": job_key(tenant_id, job_id)}),
+                UpdateExpression="SET messageId = :mid, sentAt = :now" + clauses,
+                ConditionExpression=condition,
+                ExpressionAttributeValues=wire(values),
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            )
+        except ClientError as error:
+            old = to_item(error.response.get("Item", {})) if condition_failed(error) else None  # type: ignore[arg-type]
+            if not old:
+                raise  # no record (or throttling, an outage): the caller answers 503 and the client retries
+            return QueuePlace(_str_or_none(old.get("messageId")), _str_or_none(old.get("sequenceNumber")))
+        return QueuePlace(message_id, sequence_number)
 
     def record_accepted_batch(self, messages: Sequence[JobMessage]) -> list[AcceptResult]:
         """`record_accepted` for several jobs (distinct jobIds) in as few writes as their outcomes allow: one result
@@ -185,24 +201,26 @@ class AcceptanceStore(StoreBase):
                 still_new.append(index)
         return still_new
 
-    def record_sent_batch(self, sent: Sequence[tuple[str, str, str, str | None]]) -> None:
+    def record_sent_batch(self, sent: Sequence[tuple[str, str, str, str | None]]) -> list[QueuePlace]:
         """`record_sent` for several jobs, (tenantId, jobId, messageId, sequenceNumber) each: one transaction of the
-        updates, which never touch the status a worker may own. If the transaction is cancelled (a worker's write of
-        one of the jobs at the same moment), each job is updated on its own instead."""
+        updates, which never touch the status a worker may own nor a place already recorded; their places, in order.
+        If the transaction is cancelled (a worker's write of one of the jobs at the same moment, or a job placed
+        already), each job is recorded on its own instead."""
         if len(sent) == 1:
-            self.record_sent(*sent[0])
-            return
+            return [self.record_sent(*sent[0])]
+        now = self._clock()
         updates: list[TransactWriteItemTypeDef] = []
         for tenant_id, job_id, message_id, sequence_number in sent:
-            values: dict[str, Any] = {":mid": message_id}
-            expression = "SET messageId = :mid" + sequence_clauses(values, sequence_number)
+            values: dict[str, Any] = {":mid": message_id, ":now": now}
+            clauses, place_condition = place_clauses(values, sequence_number)
             updates.append(
                 {
                     "Update": {
                         "TableName": self._table,
                         "Key": wire({"pk": job_key(tenant_id, job_id)}),
-                        "UpdateExpression": expression,
-                        "ConditionExpression": "attribute_exists(pk)",
+                        "UpdateExpression": "SET messageId = :mid, sentAt = :now" + clauses,
+                        "ConditionExpression": "attribute_exists(pk)"
+                        + (f" AND {place_condition}" if place_condition else ""),
                         "ExpressionAttributeValues": wire(values),
                     }
                 }
@@ -212,8 +230,8 @@ class AcceptanceStore(StoreBase):
         except ClientError as error:
             if cancellation(error) is None:
                 raise
-            for tenant_id, job_id, message_id, sequence_number in sent:
-                self.record_sent(tenant_id, job_id, message_id, sequence_number)
+            return [self.record_sent(*one) for one in sent]
+        return [QueuePlace(message_id, sequence_number) for _, _, message_id, sequence_number in sent]
 
     def _queued_item(self, message: JobMessage, now: int) -> Item:
         """The QUEUED record of an accepted job (`record_accepted`, `record_accepted_batch`)."""
@@ -225,9 +243,12 @@ class AcceptanceStore(StoreBase):
             "type": str(message.type),
             "payloadHash": message.payload_hash,
             "status": str(JobStatus.QUEUED),
-            # In the pending index once its SequenceNumber is recorded (`record_sent`) until it is settled: SUCCEEDED,
-            # SKIPPED, or in the hands of the halt machinery (PARKED, DEAD).
+            # In the pending index until it is settled: SUCCEEDED, SKIPPED, or in the hands of the halt machinery
+            # (PARKED, DEAD). Unplaced until its send is confirmed (`record_sent`) or a worker claims a copy of it:
+            # until then every job claimed after it finds it ahead (`missing_predecessors`), since its message may be
+            # ahead of theirs.
             "pendingWorkspace": message.workspace_id,
+            "queueSeq": unplaced_sequence(now),
             "attempt": 0,
             "acceptedAt": now,
             "updatedAt": now,
@@ -265,3 +286,7 @@ def _workspace_refusal(reason: Mapping[str, Any], tenant_id: str | None) -> Acce
     if not reason_failed(reason):
         return None
     return decisions.workspace_refusal(to_item(reason.get("Item", {})).get("tenantId"), tenant_id)
+
+
+def _str_or_none(value: Any) -> str | None:
+    return str(value) if value else None

@@ -16,7 +16,8 @@ from agent_jobs.models import JobStatus
 PARKED_INDEX = "parkedByWorkspace"
 HALTED_INDEX = "haltedByTenant"
 # Sparse index of the jobs a workspace accepted and has not settled (neither SUCCEEDED nor SKIPPED), in queue order:
-# `pendingWorkspace` HASH, `queueSeq` (the job's first recorded SequenceNumber, zero-padded) RANGE.
+# `pendingWorkspace` HASH, `queueSeq` RANGE: the job's place (its SequenceNumber, zero-padded), or for a job whose place
+# is not known yet (recorded, its send unconfirmed) `keys.unplaced_sequence`, which sorts before every place.
 PENDING_INDEX = "pendingByWorkspace"
 # Sparse: a job claimed from the queue is in it, under its tenant, until its lease ends (see `LeaseStore.claim`).
 RUNNING_INDEX = "runningByTenant"
@@ -64,14 +65,18 @@ def lease_held(values: dict[str, Any], owner: str) -> str:
     return LEASE_HELD
 
 
-def sequence_clauses(values: dict[str, Any], sequence_number: str | None) -> str:
-    """The SET clauses (with a leading comma) recording a message's SequenceNumber; the first one recorded stays the
-    job's place in its workspace's queue order (`queueSeq`, the key of the pending index). Values go into `values`."""
-    if not sequence_number:
-        return ""
+def place_clauses(values: dict[str, Any], sequence_number: str | None) -> tuple[str, str]:
+    """(SET clauses with a leading comma, a condition) that make `sequence_number` the job's place in its
+    workspace's queue order (`sequenceNumber`, and `queueSeq`, the key of the pending index), on a record whose place
+    is not known yet or is that one already. A recorded place never moves: the condition fails on a record placed
+    elsewhere, and the writer decides from the old item (`decisions.place_mismatch`). Both are empty for a message
+    without a numeric SequenceNumber (nothing to order by). Values go into `values`."""
+    if not sequence_number or not sequence_number.isdigit():
+        return "", ""
     values[":seq"] = sequence_number
-    clauses = ", sequenceNumber = :seq"
-    if sequence_number.isdigit():
-        values[":qseq"] = parked_sequence(sequence_number, 0)
-        clauses += ", queueSeq = if_not_exists(queueSeq, :qseq)"
-    return clauses
+    values[":qseq"] = parked_sequence(sequence_number, 0)
+    return ", sequenceNumber = :seq, queueSeq = :qseq", PLACE_UNSET_OR_SAME
+
+
+# A record not placed in its queue yet, or placed where this write places it (`place_clauses`).
+PLACE_UNSET_OR_SAME = "(attribute_not_exists(sequenceNumber) OR sequenceNumber = :seq)"

@@ -11,7 +11,7 @@ from agent_jobs.keys import job_key, parked_sequence, workspace_key
 from agent_jobs.models import JobMessage, JobStatus, WorkspaceState
 from agent_jobs.store.base import message_clauses, message_tenant, message_values
 from agent_jobs.store.codec import BODY_SET, Item, body_values, stored_error
-from agent_jobs.store.conditions import LEASE_EXPIRED, RUNNING_ATTRIBUTES, lease_held, sequence_clauses, status_in
+from agent_jobs.store.conditions import LEASE_EXPIRED, RUNNING_ATTRIBUTES, lease_held, place_clauses, status_in
 from agent_jobs.store.results import Lease
 
 if TYPE_CHECKING:
@@ -58,6 +58,10 @@ class HaltStore(QueryStore):
         with another payload, or (without `halt_workspace`) the workspace is ACTIVE again: claim it again then.
         """
         now = self._clock()
+        if lease is None:
+            # Parked at the job's place: the one recorded if it has one (an earlier copy placed it, or its send was
+            # confirmed), else this copy's. A claimed job (`lease`) is placed at `sequence_number` already.
+            sequence_number = self._recorded_place(message) or sequence_number
         values: dict[str, Any] = {
             ":parked": str(JobStatus.PARKED),
             ":inflight": str(JobStatus.IN_FLIGHT),
@@ -95,7 +99,10 @@ class HaltStore(QueryStore):
         # message may have left the queue already (a redrive from the DLQ), so a job behind it can be claimed while
         # the workspace is still ACTIVE, just before this write; that job's check for unsettled jobs ahead of it must
         # still find this one, PARKED, where it was.
-        expression = "SET " + ", ".join(set_clauses) + sequence_clauses(values, sequence_number)
+        place_set, place_condition = place_clauses(values, sequence_number)
+        if place_condition:
+            condition = f"({condition}) AND {place_condition}"
+        expression = "SET " + ", ".join(set_clauses) + place_set
         removed = ("#ttl" if halt_workspace else "#ttl, pendingWorkspace") + f", {RUNNING_ATTRIBUTES}"
         job_update = self._update(
             job_key(message_tenant(message), message.job_id),
@@ -122,6 +129,12 @@ class HaltStore(QueryStore):
         else:
             workspace_update = self._count_parked(message.workspace_id, 1, now, only_if_halted=True)
         return self._transact([job_update, workspace_update])
+
+    def _recorded_place(self, message: JobMessage) -> str | None:
+        """The SequenceNumber the job's record names as its place, read consistently; None when it has none yet."""
+        job = self._read(job_key(message_tenant(message), message.job_id)) or {}
+        place = str(job.get("sequenceNumber") or "")
+        return place if place.isdigit() else None
 
     def _halt_workspace(
         self,

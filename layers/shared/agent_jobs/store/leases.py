@@ -23,7 +23,7 @@ from agent_jobs.store.conditions import (
     RUNNING_ATTRIBUTES,
     SAME_PAYLOAD,
     lease_held,
-    sequence_clauses,
+    place_clauses,
     status_in,
 )
 from agent_jobs.store.drain import DrainStore
@@ -111,11 +111,15 @@ class LeaseStore(DrainStore):
             set_clauses.append("leaseShared = :true")
         if not alone or near_delivery_limit:
             values[":true"] = True
-        expression = "SET " + ", ".join(set_clauses) + sequence_clauses(values, sequence_number)
+        # The claim places the job at this copy's SequenceNumber, unless its record is placed already: at this copy
+        # (the same place), or elsewhere (the condition fails, and `_explain_lost_claim` decides from the record).
+        place_set, place_condition = place_clauses(values, sequence_number)
+        expression = "SET " + ", ".join(set_clauses) + place_set
         condition = (
             f"{SAME_PAYLOAD}"
             f" AND (attribute_not_exists(pk) OR {status_in(values, JobAction.CLAIM)}{takeover})"
             " AND (attribute_not_exists(attempt) OR attempt < :maxclaims)"
+            + (f" AND {place_condition}" if place_condition else "")
         )
         job_update = self._update(
             job_key(message_tenant(message), message.job_id),
@@ -126,19 +130,41 @@ class LeaseStore(DrainStore):
             return_old=True,
         )
         try:
-            self._client.update_item(**job_update["Update"])
+            # ALL_OLD costs nothing more: the record as it was tells the worker when its send was confirmed and what
+            # to give the claim back to (`release`).
+            answer = self._client.update_item(**job_update["Update"], ReturnValues="ALL_OLD")
         except ClientError as error:
             if not condition_failed(error):
                 raise
             old = to_item(error.response.get("Item", {}))  # type: ignore[arg-type]
-            return self._explain_lost_claim(
-                message, old or None, now, body=body, near_delivery_limit=near_delivery_limit, alone=alone
+            lost = self._explain_lost_claim(
+                message,
+                old or None,
+                now,
+                body=body,
+                near_delivery_limit=near_delivery_limit,
+                alone=alone,
+                sequence_number=sequence_number,
             )
+            if lost.outcome is ClaimOutcome.LATER_COPY and old.get("sequenceNumber"):
+                # The job's copy at its recorded place left the queue unsettled; this later copy claims it there, so
+                # the jobs between still find it ahead of them, and it runs only once nothing before its place is left.
+                return self.claim(
+                    message,
+                    message_id=message_id,
+                    sequence_number=str(old["sequenceNumber"]),
+                    remaining_ms=remaining_ms,
+                    body=body,
+                    near_delivery_limit=near_delivery_limit,
+                    alone=alone,
+                    invocation_id=invocation_id,
+                )
+            return lost
+        previous = to_item(answer.get("Attributes", {}))
         lease = Lease(message.job_id, message.workspace_id, message_tenant(message), owner, expires)
         workspace = self._halted_workspace(message.workspace_id)
-        if workspace is not None:
-            return ClaimResult(ClaimOutcome.WORKSPACE_HALTED, lease=lease, workspace=workspace)
-        return ClaimResult(ClaimOutcome.CLAIMED, lease=lease)
+        outcome = ClaimOutcome.CLAIMED if workspace is None else ClaimOutcome.WORKSPACE_HALTED
+        return ClaimResult(outcome, lease=lease, previous=previous, workspace=workspace, place=sequence_number)
 
     def _halted_workspace(self, workspace_id: str) -> Item | None:
         """The workspace item if the workspace is HALTED or RESUMING, read consistently after the claim's write.
@@ -167,7 +193,7 @@ class LeaseStore(DrainStore):
         body: str | None = None,
         near_delivery_limit: bool = False,
         alone: bool = True,
-        invocation_id: str | None = None,
+        sequence_number: str | None = None,
     ) -> ClaimResult:
         if old is None:
             return ClaimResult(ClaimOutcome.CONTENDED)
@@ -178,6 +204,7 @@ class LeaseStore(DrainStore):
             alone=alone,
             near_delivery_limit=near_delivery_limit,
             max_claims=self._max_claims,
+            sequence_number=sequence_number,
         )
         if lost.outcome is not ClaimOutcome.EXHAUSTED:
             return ClaimResult(lost.outcome, previous=old)
@@ -190,6 +217,34 @@ class LeaseStore(DrainStore):
         ):
             return ClaimResult(ClaimOutcome.EXHAUSTED, previous=old)
         return ClaimResult(ClaimOutcome.CONTENDED, previous=old)
+
+    def release(self, lease: Lease, *, reason: str) -> bool:
+        """Give a claim back uncounted (`attempt - 1`): the job is QUEUED again (its recorded failures kept), its lease
+        and running-index entry removed, conditional on still holding the lease. For a job that must wait before it
+        runs (a job accepted ahead of it is unplaced and may still be confirmed: `jobs_ahead`). False: the lease was
+        lost meanwhile, nothing written."""
+        now = self._clock()
+        status = JobStatus.QUEUED
+        values: dict[str, Any] = {
+            ":back": str(status),
+            ":now": now,
+            ":one": 1,
+            ":entry": [{"status": str(status), "at": now, "reason": reason[:500]}],
+        }
+        condition = lease_held(values, lease.owner)
+        return self._transact(
+            [
+                self._update(
+                    job_key(lease.tenant_id, lease.job_id),
+                    "SET #status = :back, updatedAt = :now, attempt = attempt - :one,"
+                    " history = list_append(history, :entry)"
+                    f" REMOVE leaseOwner, leaseExpiresAt, leaseShared, {RUNNING_ATTRIBUTES}",
+                    values,
+                    condition=condition,
+                    names={"#status": "status"},
+                )
+            ]
+        )
 
     def complete(self, lease: Lease, result: Mapping[str, Any]) -> bool:
         """SUCCEEDED, conditional on still owning the lease. False means another worker took over: nothing written.

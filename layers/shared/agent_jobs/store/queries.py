@@ -9,7 +9,7 @@ from typing import Any
 
 from agent_jobs.core.records import WorkspaceRecord
 from agent_jobs.core.transitions import UNSETTLED
-from agent_jobs.keys import job_key, parked_sequence, workspace_key
+from agent_jobs.keys import is_unplaced, job_key, parked_sequence, unplaced_since, workspace_key
 from agent_jobs.models import JobStatus
 from agent_jobs.store.base import StoreBase
 from agent_jobs.store.codec import Item, to_item, wire
@@ -20,7 +20,11 @@ from agent_jobs.store.conditions import (
     RUNNING_INDEX,
     WORKSPACE_INDEX,
 )
-from agent_jobs.store.results import HaltedPage, JobPage
+from agent_jobs.store.results import HaltedPage, JobPage, JobsAhead
+
+# How far apart two producers' clocks may be: a job recorded more than this after another job's send was confirmed (by
+# their own clocks) was sent after it. Lambda's clocks are kept within a millisecond or so of each other.
+PRODUCER_CLOCK_MARGIN_MS = 1_000
 
 
 class QueryStore(StoreBase):
@@ -176,42 +180,93 @@ class QueryStore(StoreBase):
     def missing_predecessors(
         self, workspace_id: str, *, tenant_id: str, job_id: str, sequence_number: str | None
     ) -> list[Item]:
-        """The jobs of `tenant_id` that the workspace accepted ahead of this one in queue order (a lower
-        SequenceNumber) and that are still QUEUED, FAILED or IN_FLIGHT, or were PARKED by a halting park (a redrive
-        from the DLQ) and not yet run: earliest first, at most MAX_MISSING_LISTED.
+        """Every job `jobs_ahead` finds ahead of this one, the unplaced ones of any age among them: what a job that
+        cannot wait must treat as missing."""
+        ahead = self.jobs_ahead(
+            workspace_id, tenant_id=tenant_id, job_id=job_id, sequence_number=sequence_number, sent_at=None
+        )
+        return sorted([*ahead.missing, *ahead.unplaced], key=lambda item: str(item.get("queueSeq", "")))
 
-        The queue hands out a job only once every earlier message of its group is gone, and the worker deletes a
-        message only once its job is settled; so such a job left the queue without the worker settling it (the queue
-        dead-lettered it, for example after every delivery died before the handler ran). The job must not run: it
-        would take effect before them. Empty for a job without a numeric SequenceNumber (nothing to order by). A job
-        the redrive parks stays listed: if the redrive lands between this job's claim (the workspace still ACTIVE)
-        and this check, it is the only trace left that something ahead never took effect.
+    def jobs_ahead(
+        self,
+        workspace_id: str,
+        *,
+        tenant_id: str,
+        job_id: str,
+        sequence_number: str | None,
+        sent_at: int | None,
+        unplaced_grace_ms: int = 0,
+    ) -> JobsAhead:
+        """The jobs of `tenant_id` the workspace accepted ahead of this one (placed at `sequence_number`) that are
+        still QUEUED, FAILED or IN_FLIGHT, or were PARKED by a halting park (a redrive from the DLQ) and not yet run.
 
-        Cost: one Query of the sparse pending index (usually empty: half a read unit); entries it shows are checked
-        with a strongly consistent read, because the index lags behind jobs that settled a moment ago.
+        `missing`, earliest first, at most MAX_MISSING_LISTED: placed ahead of it in queue order (a lower
+        SequenceNumber). The queue hands out a job only once every earlier message of its group is gone, and the
+        worker deletes a message only once its job is settled; so such a job left the queue without the worker
+        settling it (the queue dead-lettered it, for example after every delivery died before the handler ran). The
+        job must not run: it would take effect before them. A job the redrive parks stays listed: if the redrive
+        lands between this job's claim (the workspace still ACTIVE) and this check, it is the only trace left that
+        something ahead never took effect.
+
+        Unplaced jobs (recorded, their send never confirmed, no copy of them seen by a worker) may have a message
+        ahead of this one that the queue let go, or none yet, or one behind. One recorded after this job's own send
+        was confirmed (`sent_at`, with PRODUCER_CLOCK_MARGIN_MS for the producers' clocks) was sent after it, so it
+        is behind and not listed. Any other is `unplaced` while it was accepted less than `unplaced_grace_ms` ago (its
+        producer may still be confirming it: wait for it), else `missing`: nothing can tell where its message was.
+
+        Empty for a job without a numeric SequenceNumber (nothing to order by). Cost: one Query of the sparse pending
+        index (usually empty: half a read unit); the entries it shows are read again with strongly consistent reads,
+        because the index lags behind jobs that settled or were placed a moment ago.
         """
         if not sequence_number or not sequence_number.isdigit():
-            return []
-        response = self._client.query(
-            TableName=self._table,
-            IndexName=PENDING_INDEX,
-            KeyConditionExpression="pendingWorkspace = :wid AND queueSeq < :qseq",
-            ExpressionAttributeValues=wire({":wid": workspace_id, ":qseq": parked_sequence(sequence_number, 0)}),
-            Limit=MAX_MISSING_LISTED,
-        )
+            return JobsAhead([], [])
+        own_place = parked_sequence(sequence_number, 0)
         keys = [
             {"pk": job_key(tenant_id, str(entry["jobId"]))}
-            for entry in map(to_item, response.get("Items", []))
-            if entry.get("jobId") and entry.get("jobId") != job_id and entry.get("tenantId") in (None, tenant_id)
+            for entry in self._pending_before(workspace_id, own_place)
+            if entry.get("jobId")
+            and entry.get("jobId") != job_id
+            and entry.get("tenantId") in (None, tenant_id)
+            and not _sent_after(entry.get("queueSeq"), sent_at)
         ]
-        missing = [
-            item
-            for item in self._get_consistently(keys)
-            if item.get("pendingWorkspace") == workspace_id
-            and item.get("tenantId") == tenant_id
-            and item.get("status") in UNSETTLED | {JobStatus.PARKED}
-        ]
-        return sorted(missing, key=lambda item: str(item.get("queueSeq", "")))
+        now = self._clock()
+        missing: list[Item] = []
+        unplaced: list[Item] = []
+        for item in self._get_consistently(keys):
+            queue_seq = item.get("queueSeq")
+            if (
+                item.get("pendingWorkspace") != workspace_id
+                or item.get("tenantId") != tenant_id
+                or item.get("status") not in UNSETTLED | {JobStatus.PARKED}
+            ):
+                continue
+            if not is_unplaced(queue_seq):
+                if str(queue_seq or "") < own_place:  # placed meanwhile, maybe behind this one
+                    missing.append(item)
+            elif not _sent_after(queue_seq, sent_at):
+                young = now - unplaced_since(str(queue_seq)) < unplaced_grace_ms
+                (unplaced if young else missing).append(item)
+        by_place = lambda item: str(item.get("queueSeq", ""))  # noqa: E731
+        return JobsAhead(sorted(missing, key=by_place), sorted(unplaced, key=by_place))
+
+    def _pending_before(self, workspace_id: str, own_place: str) -> list[Item]:
+        """The pending index's entries of the workspace before `own_place` (unplaced ones first), at most
+        MAX_MISSING_LISTED and a few pages."""
+        entries: list[Item] = []
+        query: dict[str, Any] = {
+            "TableName": self._table,
+            "IndexName": PENDING_INDEX,
+            "KeyConditionExpression": "pendingWorkspace = :wid AND queueSeq < :qseq",
+            "ExpressionAttributeValues": wire({":wid": workspace_id, ":qseq": own_place}),
+            "Limit": MAX_MISSING_LISTED,
+        }
+        for _ in range(4):
+            response = self._client.query(**query)
+            entries.extend(to_item(raw) for raw in response.get("Items", []))
+            if "LastEvaluatedKey" not in response or len(entries) >= MAX_MISSING_LISTED:
+                break
+            query["ExclusiveStartKey"] = response["LastEvaluatedKey"]
+        return entries
 
     def running_invocations(self, tenant_id: str, *, limit: int) -> set[str]:
         """The invocations that run jobs of `tenant_id` now (their request ids), as the sparse running index shows
@@ -257,3 +312,10 @@ class QueryStore(StoreBase):
             else:
                 raise RuntimeError("keys left unprocessed after 10 BatchGetItem calls")
         return items
+
+
+def _sent_after(queue_seq: object, sent_at: int | None) -> bool:
+    """Whether an unplaced pending entry was recorded after a send confirmed at `sent_at`: its own send came later."""
+    if sent_at is None or not is_unplaced(queue_seq):
+        return False
+    return unplaced_since(str(queue_seq)) > sent_at + PRODUCER_CLOCK_MARGIN_MS

@@ -24,11 +24,24 @@ class Lease:
 
 
 @dataclass(frozen=True)
+class QueuePlace:
+    """Where a job takes effect in its workspace's queue order: the message the producer's answer names and its
+    SequenceNumber, as recorded on the job (None for a job whose place is not known yet)."""
+
+    message_id: str | None
+    sequence_number: str | None
+
+
+@dataclass(frozen=True)
 class ClaimResult:
     outcome: ClaimOutcome
     lease: Lease | None = None
-    previous: Item | None = None  # the job item as it was when the claim lost
+    # The job item as it was when the claim lost; for a claim that won, as it was just before it (its status, its
+    # place, when its send was confirmed).
+    previous: Item | None = None
     workspace: Item | None = None  # the workspace item when it blocked the claim
+    # The job's place (its SequenceNumber) once claimed: the delivered copy's, or the one recorded before it.
+    place: str | None = None
 
     @property
     def claimed(self) -> bool:
@@ -39,6 +52,16 @@ class ClaimResult:
 class AcceptResult:
     outcome: AcceptOutcome
     item: Item = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class JobsAhead:
+    """The unsettled jobs a workspace accepted ahead of a job (`QueryStore.jobs_ahead`): `missing` left the queue
+    without an outcome, or are unplaced for too long to wait for; `unplaced` may still be confirmed by their
+    producers (wait for them)."""
+
+    missing: list[Item]
+    unplaced: list[Item]
 
 
 @dataclass(frozen=True)
