@@ -21,7 +21,7 @@ from agent_jobs.models import (
     parse_queue_message,
 )
 from agent_jobs.payloads import resolve_payload, storable_body
-from job_worker.worker.redelivery import Redelivery, RetryLaterError
+from job_worker.worker.redelivery import Redelivery, RetryLaterError, RunFailedError
 from job_worker.worker.telemetry import job_id_if_any, job_type_if_any, tenant_if_any
 
 
@@ -196,14 +196,15 @@ class RecordParsing(Redelivery):
         """The message with a large job's payload fetched from the payload bucket (the one place pointers are resolved,
         for a queue record and for a body a drain runs). A missing or changed object is not a bad message: the job is
         claimed as usual (a duplicate stays a duplicate, a halted workspace parks it) and then ends DEAD without
-        running, its reason saying what to do. S3 unreachable or throttled: nothing decided, RetryLaterError."""
+        running, its reason saying what to do. S3 unreachable, throttled or denying: nothing decided, RunFailedError (a
+        failure of the record's own, so near the delivery limit it is parked rather than dead-lettered)."""
         try:
             return resolve_payload(message, self.services.payloads)
         except PayloadUnavailableError as unavailable:
             self.logger.error("payload object unavailable", extra={"reason": str(unavailable)})
             return message
         except (BotoCoreError, ClientError) as error:
-            raise RetryLaterError(f"payload object not readable: {error}", backoff_seconds()) from error
+            raise RunFailedError(f"payload object not readable: {error}", backoff_seconds()) from error
 
     def _storable_body(self, record: SQSRecord, message: JobMessage) -> str:
         """The record's body as a PARKED or DEAD job keeps it (`agent_jobs.payloads.storable_body`): a body too large
