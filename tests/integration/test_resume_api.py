@@ -206,7 +206,10 @@ def test_every_answer_showing_a_workspace_names_the_last_applied_job_as_reading_
     enqueue(api.stack, *(make_job(f"t{n}", "ws-a") for n in range(1, 7)), tenant_id="tenant-1")
     for n in range(1, 7):
         claim = api.stack.guard.claim(
-            make_message(f"t{n}", "ws-a"), message_id=f"m-t{n}", sequence_number=f"{n:020}", remaining_ms=60_000
+            make_message(f"t{n}", "ws-a"),
+            message_id=f"m-t{n}",
+            sequence_number=api.stack.job(f"t{n}", "tenant-1")["sequenceNumber"],  # the copy at the job's place
+            remaining_ms=60_000,
         )
         assert claim.lease is not None
         assert api.stack.guard.complete(claim.lease, {"commit": "c" * 40})
