@@ -192,7 +192,7 @@ def _trusting_drain() -> contextlib.AbstractContextManager[None]:
 
 def _no_predecessor_check() -> contextlib.AbstractContextManager[None]:
     """(h) A claimed job runs without looking for jobs accepted ahead of it that left the queue unsettled."""
-    return swapped(JobRunning, "_parked_behind_missing_jobs", lambda self, record, message, lease: False)
+    return swapped(JobRunning, "_parked_behind_jobs_ahead", lambda self, record, message, claim: False)
 
 
 def _drain_past_missing_jobs() -> contextlib.AbstractContextManager[None]:
