@@ -46,42 +46,92 @@ class SimLambdaContext:
 # ---- agents --------------------------------------------------------------------------------------------------------
 
 
+# How long a careless agent puts a failed job off: "soon" is within SQS's 5-minute deduplication window (a send then
+# is answered with the first message, if there was one), "late" after it (a send then is a second message).
+PUT_OFF_SECONDS = {"soon": (5.0, 240.0), "late": (330.0, 1200.0)}
+
+
 @dataclass
 class AgentState:
     """What an agent keeps across its own crashes: the next job to submit (it submits one at a time, in order, and
-    repeats a job until it has the answer)."""
+    repeats a job until it has the answer, unless it is careless: then it may put a failed job off and move on, or
+    give it up), the jobs it put off (when each is due, its index), the jobs it gave up and those it has answers
+    for."""
 
     plan: WorkspacePlan
     next_job: int = 0
     poisons_sent: set[int] = field(default_factory=set)
     restarts: int = 0
+    put_off: list[tuple[float, int]] = field(default_factory=list)
+    given_up: set[int] = field(default_factory=set)
+    answered: set[int] = field(default_factory=set)
 
     @property
     def done(self) -> bool:
-        return self.next_job >= len(self.plan.jobs)
+        return self.next_job >= len(self.plan.jobs) and not self.put_off
+
+    def due(self, now: float) -> tuple[float, int] | None:
+        """The job put off that is due first, if it is due now (or the plan has no job left to submit first)."""
+        if not self.put_off:
+            return None
+        first = min(self.put_off)
+        return first if first[0] <= now or self.next_job >= len(self.plan.jobs) else None
 
 
 def run_agent(world: World, state: AgentState) -> None:
     services, scheduler, rng = world.services, world.scheduler, world.rngs.agents
     plan = state.plan
     while not state.done:
-        job = plan.jobs[state.next_job]
+        retry = state.due(scheduler.now)
+        if retry is not None and retry[0] > scheduler.now:
+            scheduler.sleep(retry[0] - scheduler.now)
+            continue
+        index = state.next_job if retry is None else retry[1]
+        job = plan.jobs[index]
+        world.oracle.submitted(job.job_id)
         try:
             result = enqueue_job(
                 job, plan.tenant_id, guard=services.guard, sqs=services.sqs, queue_url=services.settings.queue_url
             )
         except (ClientError, BotoCoreError):  # throttled, a 5xx, a lost answer: the same job again, after a pause
             world.counts["agent_retries"] += 1
+            if _moved_on(world, state, index, retry):
+                continue
             scheduler.sleep(rng.uniform(0.1, 3.0))
             continue
+        world.oracle.answered(plan.workspace_id, job.job_id, result.sequence_number)
         world.accepted(created=result.created)
-        if state.next_job in plan.poison_after and state.next_job not in state.poisons_sent:
-            _send_poison(world, plan, state.next_job)
-            state.poisons_sent.add(state.next_job)
+        state.answered.add(index)
+        if retry is not None:
+            state.put_off.remove(retry)
+        if index in plan.poison_after and index not in state.poisons_sent:
+            _send_poison(world, plan, index)
+            state.poisons_sent.add(index)
         if state.next_job > 0 and world.faults.happens("duplicate_send", world.faults.plan.duplicate_send):
-            _repeat_a_job(world, plan, rng.randrange(state.next_job + 1))
-        state.next_job += 1
+            _repeat_a_job(world, state, rng.randrange(state.next_job + 1))
+        if retry is None:
+            state.next_job += 1
         scheduler.sleep(rng.uniform(0.0, 2.0))
+
+
+def _moved_on(world: World, state: AgentState, index: int, retry: tuple[float, int] | None) -> bool:
+    """A careless agent, after a failed submission, may put the job off or give it up, and go on with its next job;
+    it keeps what it decided across its crashes (it may still retry a job whose retry a crash interrupted)."""
+    choice = world.faults.put_off()
+    if choice is None:
+        return False
+    world.put_off_jobs.add(state.plan.jobs[index].job_id)
+    if retry is not None:
+        state.put_off.remove(retry)
+    else:
+        state.next_job += 1
+    if choice == "never":
+        state.given_up.add(index)
+        world.oracle.given_up.add(state.plan.jobs[index].job_id)
+        return True
+    low, high = PUT_OFF_SECONDS[choice]
+    state.put_off.append((world.scheduler.now + world.faults.careless_rng.uniform(low, high), index))
+    return True
 
 
 def _send_poison(world: World, plan: WorkspacePlan, after: int) -> None:
@@ -93,13 +143,16 @@ def _send_poison(world: World, plan: WorkspacePlan, after: int) -> None:
         MessageGroupId=workspace_group_id(plan.workspace_id),
         MessageDeduplicationId=f"poison-{plan.workspace_id}-{after}",
     )
-    world.oracle.poisons.setdefault(plan.workspace_id, []).append((after, answer["MessageId"]))
+    world.oracle.poison_sent(plan.workspace_id, answer["MessageId"])
     world.wake_pollers()
 
 
-def _repeat_a_job(world: World, plan: WorkspacePlan, index: int) -> None:
+def _repeat_a_job(world: World, state: AgentState, index: int) -> None:
     """An agent that lost track submits a job it already had the answer for: the product must answer it as a repeat
-    (a job accepted twice would run twice)."""
+    (a job accepted twice would run twice), at the place it answered the first time."""
+    if index not in state.answered:  # put off or given up: not a repeat
+        return
+    plan = state.plan
     job = plan.jobs[index]
     try:
         result = enqueue_job(
@@ -109,6 +162,7 @@ def _repeat_a_job(world: World, plan: WorkspacePlan, index: int) -> None:
         return
     if result.created:
         world.oracle.fail(f"{job.job_id} was accepted again when its agent submitted it a second time")
+    world.oracle.answered(plan.workspace_id, job.job_id, result.sequence_number)
     world.accepted(created=False)
 
 
@@ -135,6 +189,7 @@ def run_poller(world: World, index: int) -> None:
         ).get("Messages", [])
         if world.holds_messages(world.dlq_url):  # the receive may have moved messages there: the DLQ alarm
             world.alarm()
+            world.count_dead_lettered_put_off()
         for message in messages:
             early = world.faults.visible_early()
             if early is None:
@@ -276,9 +331,13 @@ def _resume(world: World, plan: WorkspacePlan) -> None:
         # As the refusal says: a job not settled yet is left to the queue, or redriven from the DLQ (next round), and
         # retried after; only one that cannot run again (a rejected message, a DEAD job without its stored message)
         # is skipped. Read again now: the job may have settled since the refusal (a worker made it DEAD meanwhile).
+        # A job whose send was never confirmed is retried once its client sent it again (it is parked then), or
+        # skipped when its client gave it up (as the runbook says: the operator asks its owner).
         job = guard.get_job(plan.tenant_id, halting) if not halting.startswith("msg#") else None
         status = None if job is None else job.get("status")
         cannot_run = status in (None, "REJECTED") or (status == "DEAD" and not job.get("body"))  # type: ignore[union-attr]
+        unplaced = status == "QUEUED" and not job.get("sequenceNumber")  # type: ignore[union-attr]
+        cannot_run = cannot_run or (unplaced and halting in world.oracle.given_up)
         world.unfinished_resumes[plan.workspace_id] = (
             halting,
             ResumeDecision.SKIP if cannot_run else ResumeDecision.RETRY,

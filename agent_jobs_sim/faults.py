@@ -58,6 +58,12 @@ class FaultPlan:
     # A queue whose visibility timeout is shorter than the worker's timeout (a stack deployed with the two out of
     # step): every message received comes back after this many seconds, while a long job may still run it. 0: none.
     short_visibility: float = 0.0
+    # The share of the writes confirming a send (`JobGuard.record_sent`: the message went out) that fail, before
+    # taking effect or with their answer lost: the client is answered 503 for a job the queue holds, or may hold.
+    unconfirmed_send: float = 0.0
+    # The share of failed submissions after which the agent moves on to its next job, and submits the failed one
+    # again later (soon, within the queue's deduplication window; late, after it) or never.
+    careless: float = 0.0
     quiet_after: float = float("inf")
 
     @classmethod
@@ -103,6 +109,14 @@ class FaultPlan:
         if rng.random() < 0.1:
             self.short_visibility = rng.uniform(0.25, 0.9) * timeout_seconds
 
+    def draw_careless_agents(self, rng: random.Random) -> None:
+        """In one seed of three, sends whose confirmation fails (a twentieth to a fifth of them) and agents that, after
+        a failed submission, move on to their next job (half the time, or always)."""
+        if rng.random() >= 1 / 3:
+            return
+        self.unconfirmed_send = rng.choice((0.05, 0.1, 0.2))
+        self.careless = rng.choice((0.5, 1.0))
+
     def draw_failing_deployment(self, rng: random.Random, *, start: float, dead_letter_seconds: float) -> None:
         """In one seed of ten, a failing deployment from a moment in the first ten minutes, for a little longer than the
         queue takes to dead-letter a message (maxReceiveCount visibility timeouts). Faults go on until it ends."""
@@ -117,7 +131,13 @@ class FaultLog:
     """The faults injected, by kind, and the decisions taken from the seed."""
 
     def __init__(
-        self, plan: FaultPlan, rng: random.Random, scheduler: Scheduler, *, incident_rng: random.Random | None = None
+        self,
+        plan: FaultPlan,
+        rng: random.Random,
+        scheduler: Scheduler,
+        *,
+        incident_rng: random.Random | None = None,
+        careless_rng: random.Random | None = None,
     ) -> None:
         self.plan = plan
         self.rng = rng
@@ -127,6 +147,8 @@ class FaultLog:
         self.incident_rng = incident_rng or random.Random(0)
         # Processes the plan may kill (environments and agents; never the platform's own pollers).
         self.mortal: Callable[[Actor], bool] = lambda actor: False
+        # The careless agents' faults and choices draw from their own stream: a seed without them draws as before.
+        self.careless_rng = careless_rng or random.Random(0)
 
     @property
     def active(self) -> bool:
@@ -176,6 +198,25 @@ class FaultLog:
         self.counts["failing_invocation"] += 1
         return True
 
+    def unconfirmed(self, operation: str, request: dict[str, Any]) -> str | None:
+        """Whether this write confirming a send fails: "before" it takes effect (throttled), "after" it (its answer
+        lost), or None (it goes through, or it is another call)."""
+        if self.plan.unconfirmed_send <= 0.0 or not self.active or not confirms_send(operation, request):
+            return None
+        if self.careless_rng.random() >= self.plan.unconfirmed_send:
+            return None
+        self.counts["unconfirmed_send"] += 1
+        return self.careless_rng.choice(("before", "after"))
+
+    def put_off(self) -> str | None:
+        """What a careless agent does with a job whose submission failed: "soon" (again within the deduplication
+        window), "late" (after it), "never" (it gives the job up), or None (it submits it again at once)."""
+        if self.plan.careless <= 0.0 or self.careless_rng.random() >= self.plan.careless:
+            return None
+        choice = self.careless_rng.choices(("soon", "late", "never"), weights=(4, 4, 2))[0]
+        self.counts[f"careless_{choice}"] += 1
+        return choice
+
     def choose_kill(self, actor: Actor) -> str | None:
         if self.mortal(actor) and self.happens("crash", self.plan.crash):
             return "crash"
@@ -202,6 +243,21 @@ def _client_error(code: str, operation: str, status: int) -> ClientError:
         "ResponseMetadata": {"HTTPStatusCode": status, "RequestId": "sim"},
     }
     return ClientError(response, operation)
+
+
+# The write that records the queue's answer to a job's send (`JobGuard.record_sent`, alone or in a transaction).
+RECORD_SENT_SIGNATURE = "SET messageId = :mid, sentAt = :now"
+
+
+def confirms_send(operation: str, request: dict[str, Any]) -> bool:
+    """Whether a DynamoDB request records the answer to a send (`record_sent`, `record_sent_batch`)."""
+    if operation == "update_item":
+        updates = [request]
+    elif operation == "transact_write_items":
+        updates = [action["Update"] for action in request.get("TransactItems", []) if "Update" in action]
+    else:
+        return False
+    return any(str(update.get("UpdateExpression", "")).startswith(RECORD_SENT_SIGNATURE) for update in updates)
 
 
 _READS = re.compile(r"^(get_|batch_get_|query$|scan$|describe_|receive_message$|list_)")
@@ -241,9 +297,12 @@ class FaultyClient:
                 raise _client_error(THROTTLE_CODES[service], operation, 400)
             if faults.happens("server_error", plan.server_error):
                 raise _client_error(SERVER_ERROR_CODES[service], operation, 500)
+            unconfirmed = faults.unconfirmed(name, kwargs) if service == "dynamodb" else None
+            if unconfirmed == "before":
+                raise _client_error(THROTTLE_CODES[service], operation, 400)
             answer = method(**kwargs)
             after(name)
-            if not read and faults.happens("lost_answer", plan.lost_answer):
+            if unconfirmed == "after" or (not read and faults.happens("lost_answer", plan.lost_answer)):
                 raise ReadTimeoutError(endpoint_url=f"https://{service}.sim")
             return answer
 

@@ -11,7 +11,9 @@ hands it back with every record behind it in its group (the group's order).
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,7 +22,7 @@ from agent_jobs.guard import Lease
 from agent_jobs.keys import job_key, workspace_key
 from agent_jobs.store.codec import to_item
 from agent_jobs_sim.scheduler import Process
-from agent_jobs_sim.workload import Workload
+from agent_jobs_sim.workload import Workload, WorkspacePlan
 
 
 class Violation(BaseException):
@@ -49,8 +51,19 @@ class Oracle:
     # job): to the product they look like a worker that never came back.
     abandoned: Counter[str] = field(default_factory=Counter)
     commits: Counter[str] = field(default_factory=Counter)
-    # Poison messages by workspace: (index of the job after which it was sent, its MessageId).
+    # Poison messages by workspace: (the moment it was sent, its MessageId).
     poisons: dict[str, list[tuple[int, str]]] = field(default_factory=dict)
+    # The world's order of submissions, answers, poison sends and effects (`_tick`): each job's first submission, its
+    # first answer (the moment, its place), the jobs of each workspace in the order they took effect, and the jobs
+    # their agents gave up after a failed submission.
+    ticks: int = 0
+    first_submitted: dict[str, int] = field(default_factory=dict)
+    answers: dict[str, tuple[int, str]] = field(default_factory=dict)
+    effects: dict[str, list[str]] = field(default_factory=dict)
+    given_up: set[str] = field(default_factory=set)
+    # Jobs answered with a place earlier than one answered before them in their workspace (a retry within the
+    # deduplication window of a send that went through): the order of answers is not the order of places.
+    answered_out_of_order: int = 0
     violations: list[str] = field(default_factory=list)
     # The runs of each job under way: (the process running it, its lease owner).
     runs: dict[str, list[tuple[Process, str]]] = field(default_factory=dict)
@@ -81,6 +94,41 @@ class Oracle:
     def poison_status(self, message_id: str) -> str | None:
         return self.status(f"msg#{message_id}")
 
+    # ---- what the agents were told ------------------------------------------------------------------------------
+
+    def _tick(self) -> int:
+        """The next moment in the world's order of submissions, answers, poison sends and effects."""
+        self.ticks += 1
+        return self.ticks
+
+    def submitted(self, job_id: str) -> None:
+        """An agent is about to submit the job (again, or for the first time)."""
+        self.first_submitted.setdefault(job_id, self._tick())
+
+    def answered(self, workspace_id: str, job_id: str, sequence_number: str | None) -> None:
+        """The producer answered the job's submission (a 202, or the answer to a repeat) with this place: it never
+        changes once answered, and it orders the job among the other answered jobs of its workspace."""
+        if not sequence_number or not sequence_number.isdigit():
+            self.fail(f"{job_id} was answered without a place in its workspace's order ({sequence_number!r})")
+        first = self.answers.get(job_id)
+        if first is None:
+            if any(self._later_answered(workspace_id, str(sequence_number))):
+                self.answered_out_of_order += 1
+            self.answers[job_id] = (self._tick(), str(sequence_number))
+            self._check_effect_order(workspace_id)
+        elif first[1] != sequence_number:
+            self.fail(f"{job_id} was answered with place {first[1]}, then with {sequence_number}")
+
+    def _later_answered(self, workspace_id: str, sequence_number: str) -> Iterator[str]:
+        """The jobs of the workspace answered before with a place later than `sequence_number`."""
+        for job in self.workload.plan_of(workspace_id).jobs:
+            answer = self.answers.get(job.job_id)
+            if answer is not None and int(answer[1]) > int(sequence_number):
+                yield job.job_id
+
+    def poison_sent(self, workspace_id: str, message_id: str) -> None:
+        self.poisons.setdefault(workspace_id, []).append((self._tick(), message_id))
+
     # ---- at each effect --------------------------------------------------------------------------------------------
 
     def on_commit(self, workspace_id: str, job_id: str) -> None:
@@ -88,14 +136,18 @@ class Oracle:
         if self.commits[job_id] > 1:
             self.fail(f"{job_id} took effect twice on {workspace_id}")
         plan = self.workload.plan_of(workspace_id)
-        position = next((i for i, job in enumerate(plan.jobs) if job.job_id == job_id), None)
-        if position is None:
+        if not any(job.job_id == job_id for job in plan.jobs):
             self.fail(f"{job_id} took effect on {workspace_id}, which never accepted it")
             return
+        self.effects.setdefault(workspace_id, []).append(job_id)
         if self.workload.never_applies(job_id):
             self.fail(f"{job_id} took effect although it never applies")
-        for earlier in plan.jobs[:position]:
-            if self.commits[earlier.job_id]:
+        # Its agent submitted it first after these were answered: each of them takes effect before it, or was skipped
+        # (an operator's decision, for a job that never applies; nothing lands behind a DEAD or REJECTED job).
+        submitted = self.first_submitted.get(job_id, self.ticks)
+        for earlier in plan.jobs:
+            answer = self.answers.get(earlier.job_id)
+            if earlier.job_id == job_id or answer is None or answer[0] > submitted or self.commits[earlier.job_id]:
                 continue
             status = self.job_status(plan.tenant_id, earlier.job_id)
             if status != "SKIPPED":
@@ -103,11 +155,23 @@ class Oracle:
                     f"{job_id} took effect on {workspace_id} while {earlier.job_id}, accepted before it, is "
                     f"{status or 'unrecorded'} and never took effect"
                 )
-        for after, message_id in self.poisons.get(workspace_id, []):
-            if after < position and self.poison_status(message_id) == "REJECTED":
+        for sent, message_id in self.poisons.get(workspace_id, []):
+            if sent < submitted and self.poison_status(message_id) == "REJECTED":
                 self.fail(
                     f"{job_id} took effect on {workspace_id} while the poison message {message_id} ahead of it is "
                     "REJECTED and not resolved"
+                )
+        self._check_effect_order(workspace_id)
+
+    def _check_effect_order(self, workspace_id: str) -> None:
+        """The answered jobs of the workspace that took effect did so in the order of their answers' places."""
+        effects = self.effects.get(workspace_id, [])
+        placed = [(job_id, self.answers[job_id][1]) for job_id in effects if job_id in self.answers]
+        for (before, place), (after, later) in itertools.pairwise(placed):
+            if int(place) >= int(later):
+                self.fail(
+                    f"{after} took effect on {workspace_id} after {before}, but was answered with an earlier place "
+                    f"({later} < {place})"
                 )
 
     # ---- at each run of a job and each write of its record ---------------------------------------------------------
@@ -189,6 +253,12 @@ class Oracle:
         if after == "DEAD" and before != "DEAD":
             self._check_blame(pk)
 
+    def on_place_write(self, pk: str, old: str | None, new: str | None) -> None:
+        """A write left a job record's place (`sequenceNumber`) `new`, where it was `old`: a place once recorded never
+        moves (the producer's answer names it, and the job takes effect there)."""
+        if old is not None and new != old:
+            self.fail(f"{pk.split('#', 2)[2]} was placed at {old} in its queue, then moved to {new}")
+
     def _check_blame(self, pk: str) -> None:
         """A job made DEAD must have earned it: it never applies, its own runs failed max_attempts times, a run of it
         died alone (the near-limit rule), or its claims are used up. Runs it lost only by sharing an invocation that
@@ -257,20 +327,32 @@ class Oracle:
     # ---- at the end ------------------------------------------------------------------------------------------------
 
     def check_outcomes(self) -> None:
-        """Once the world settled or the bound passed: no job that took effect is recorded as never having done so."""
+        """Once the world settled or the bound passed: no job that took effect is recorded as never having done so,
+        and each answered job's record holds the place its answers named."""
         for plan in self.workload.workspaces:
             for job in plan.jobs:
-                if self.commits[job.job_id] and self.job_status(plan.tenant_id, job.job_id) in ("SKIPPED", "DEAD"):
-                    status = self.job_status(plan.tenant_id, job.job_id)
+                status = self.job_status(plan.tenant_id, job.job_id)
+                if self.commits[job.job_id] and status in ("SKIPPED", "DEAD"):
                     self.violations.append(f"{job.job_id} took effect but is recorded {status}")
+                    raise Violation(self.violations[-1])
+                answer = self.answers.get(job.job_id)
+                place = (self.record(job_key(plan.tenant_id, job.job_id)) or {}).get("sequenceNumber")
+                if answer is not None and place != answer[1]:
+                    self.violations.append(
+                        f"{job.job_id} was answered with place {answer[1]} but is recorded at {place}"
+                    )
                     raise Violation(self.violations[-1])
 
     def unsettled(self) -> list[str]:
-        """What is not yet where it must end: empty once the world settled."""
+        """What is not yet where it must end: empty once the world settled. A job its agent gave up (never answered)
+        may end without a record, or with one its send never reached the queue for (QUEUED, unplaced), or skipped by
+        an operator: its workspace's later jobs halted on it, and the operator dropped it."""
         left: list[str] = []
         for plan in self.workload.workspaces:
             for job in plan.jobs:
                 status = self.job_status(plan.tenant_id, job.job_id)
+                if job.job_id in self.given_up and job.job_id not in self.answers and self._dropped(plan, job.job_id):
+                    continue
                 if self.workload.never_applies(job.job_id):
                     if status != "SKIPPED":
                         left.append(f"{job.job_id} (never applies) is {status}")
@@ -284,3 +366,13 @@ class Oracle:
             if workspace.get("state") not in (None, "ACTIVE"):
                 left.append(f"{plan.workspace_id} is {workspace.get('state')}")
         return left
+
+    def _dropped(self, plan: WorkspacePlan, job_id: str) -> bool:
+        """A job given up by its agent ended as one may: never recorded, recorded but never placed (no message of it
+        reached the queue), or skipped, with no effect."""
+        if self.commits[job_id]:
+            return False
+        record = self.record(job_key(plan.tenant_id, job_id))
+        if record is None or record.get("status") == "SKIPPED":
+            return True
+        return record.get("status") == "QUEUED" and not record.get("sequenceNumber")

@@ -15,7 +15,9 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType
 
+from agent_jobs.store.conditions import PLACE_UNSET_OR_SAME
 from agent_jobs.store.drain import DrainStore
+from agent_jobs_sim.faults import RECORD_SENT_SIGNATURE
 from job_worker.worker import batch as worker_batch
 from job_worker.worker.last_delivery import LastDeliveryParking
 from job_worker.worker.running import JobRunning
@@ -104,6 +106,30 @@ def _unfenced_complete(operation: str, request: dict[str, Any]) -> dict[str, Any
         k: v for k, v in request.items() if k not in ("ConditionExpression", "ReturnValuesOnConditionCheckFailure")
     }
     return _pruned(request)
+
+
+def _moving_place(update: dict[str, Any]) -> dict[str, Any] | None:
+    """A send's record (`record_sent`) without its condition on the place: it keeps only `attribute_exists(pk)`."""
+    expression = str(update.get("UpdateExpression", ""))
+    condition = str(update.get("ConditionExpression", ""))
+    if not expression.startswith(RECORD_SENT_SIGNATURE) or f" AND {PLACE_UNSET_OR_SAME}" not in condition:
+        return None
+    return {**update, "ConditionExpression": condition.replace(f" AND {PLACE_UNSET_OR_SAME}", "")}
+
+
+def _resend_moves_place(operation: str, request: dict[str, Any]) -> dict[str, Any] | None:
+    """(l) The record of a send's answer sets the place whatever place the job has: a resend after the deduplication
+    window (a second message) moves the job to the second message's later SequenceNumber, and the producer answers
+    that place, though a worker already placed the job by its first message, and may have run it there."""
+    if operation == "update_item":
+        return _moving_place(request)
+    if operation != "transact_write_items":
+        return None
+    actions = []
+    for action in request.get("TransactItems", []):
+        moved = _moving_place(action["Update"]) if "Update" in action else None
+        actions.append(action if moved is None else {"Update": moved})
+    return {**request, "TransactItems": actions} if actions != request.get("TransactItems") else None
 
 
 @contextlib.contextmanager
@@ -196,7 +222,7 @@ def _trusting_drain() -> contextlib.AbstractContextManager[None]:
 
 def _no_predecessor_check() -> contextlib.AbstractContextManager[None]:
     """(h) A claimed job runs without looking for jobs accepted ahead of it that left the queue unsettled."""
-    return swapped(JobRunning, "_parked_behind_missing_jobs", lambda self, record, message, lease: False)
+    return swapped(JobRunning, "_parked_behind_jobs_ahead", lambda self, record, message, claim: False)
 
 
 def _drain_past_missing_jobs() -> contextlib.AbstractContextManager[None]:
@@ -282,5 +308,9 @@ PLANTS: dict[str, Plant] = {
     ),
     "deferral-as-failure": Plant(
         "(k) a record deferred over its tenant's share counted as a failed attempt", patch=_deferral_as_failed_attempt
+    ),
+    "resend-moves-place": Plant(
+        "(l) the record of a send's answer moves the job's place to the latest send's SequenceNumber",
+        rewrite=_resend_moves_place,
     ),
 }

@@ -26,6 +26,9 @@ class Report:
     # Records handed back over their tenant's share, and the seeds that handed any back.
     deferred: int = 0
     seeds_deferring: int = 0
+    # Seeds whose agents put a failed job off or gave it up, and what became of those jobs' answers and messages.
+    careless_seeds: int = 0
+    careless: collections.Counter[str] = field(default_factory=collections.Counter)
     failures: list[SimResult] = field(default_factory=list)
 
     @property
@@ -39,6 +42,12 @@ class Report:
         deferred = result.counts.get("deferred_records", 0)
         self.deferred += deferred
         self.seeds_deferring += 1 if deferred else 0
+        careless = {kind: n for kind, n in result.faults.items() if kind.startswith("careless_")}
+        if careless:
+            self.careless_seeds += 1
+            self.careless.update(careless)
+            self.careless.update({"seeds_out_of_order": 1} if result.counts.get("answered_out_of_order") else {})
+            self.careless.update({"seeds_dead_lettered": 1} if careless.get("careless_dead_lettered") else {})
         if not result.passed:
             self.failures.append(result)
 
@@ -94,6 +103,13 @@ def print_report(report: Report, config: SimConfig) -> None:
     print(
         f"tenant share {config.tenant_share}: deferred {report.deferred} records, in {report.seeds_deferring} of "
         f"{report.seeds} seeds"
+    )
+    careless = report.careless
+    print(
+        f"careless agents in {report.careless_seeds} seeds: jobs put off {careless['careless_soon']} times within the "
+        f"deduplication window and {careless['careless_late']} after it, {careless['careless_never']} given up; "
+        f"answers out of submission order in {careless['seeds_out_of_order']} seeds, a put-off job's message "
+        f"dead-lettered in {careless['seeds_dead_lettered']}"
     )
     if not report.failures:
         print("every seed passed")

@@ -51,6 +51,7 @@ class WatchedTable:
         rewrite: Callable[[str, dict[str, Any]], dict[str, Any] | None] | None = None,
         on_stale_write: Callable[[str, str, str | None], None] = lambda pk, owner, holder: None,
         on_lease_taken: Callable[[str, str], None] = lambda pk, owner: None,
+        on_place_write: Callable[[str, str | None, str | None], None] = lambda pk, old, new: None,
     ) -> None:
         self._table = table
         self._name = table_name
@@ -58,6 +59,7 @@ class WatchedTable:
         self._rewrite = rewrite
         self._on_stale_write = on_stale_write
         self._on_lease_taken = on_lease_taken
+        self._on_place_write = on_place_write
 
     def _read(self, pk: str) -> tuple[str | None, int] | None:
         """The record's status and the length of its history (wire format: nothing converted)."""
@@ -70,6 +72,11 @@ class WatchedTable:
         item = self._table.peek(self._name, {"pk": {"S": pk}})
         return None if item is None or "leaseOwner" not in item else str(item["leaseOwner"]["S"])
 
+    def _place(self, pk: str) -> str | None:
+        """The record's place in its queue (`sequenceNumber`), if it has one."""
+        item = self._table.peek(self._name, {"pk": {"S": pk}})
+        return None if item is None or "sequenceNumber" not in item else str(item["sequenceNumber"]["S"])
+
     def __getattr__(self, name: str) -> Any:
         method = getattr(self._table, name)
         if name not in WRITES:
@@ -81,10 +88,12 @@ class WatchedTable:
                 kwargs = self._rewrite(name, kwargs) or kwargs
             before = {pk: self._read(pk) for pk in _keys(name, kwargs) if pk.startswith("job#")}
             owners = {pk: self._holder(pk) for pk in before}
+            places = {pk: self._place(pk) for pk in before}
             holders = {pk: self._holder(pk) for pk, _ in held}
             answer = method(**kwargs)
             for pk, old in before.items():
                 self._on_job_write(pk, old, self._read(pk))
+                self._on_place_write(pk, places[pk], self._place(pk))
                 owner = self._holder(pk)
                 if owner is not None and owner != owners[pk]:
                     self._on_lease_taken(pk, owner)

@@ -90,6 +90,7 @@ class Rngs:
         self.clocks = random.Random(root.getrandbits(64))
         self.visibility = random.Random(root.getrandbits(64))
         self.configuration = random.Random(root.getrandbits(64))
+        self.careless = random.Random(root.getrandbits(64))
 
 
 class SimBatchWorker(BatchWorker):
@@ -185,6 +186,10 @@ class World:
     invocations: int = 0
     request_count: int = 0  # the invocations begun: each one's request id
     operator: Any = None
+    # Jobs a careless agent put off or gave up after a failed submission, and those of them whose message the queue
+    # dead-lettered (the combination the world must reach in some seeds).
+    put_off_jobs: set[str] = field(default_factory=set)
+    dead_lettered_put_off: set[str] = field(default_factory=set)
     _environment_count: int = 0
 
     def new_environment(self) -> actors.Environment:
@@ -219,6 +224,18 @@ class World:
         minute, as an alarm's evaluation period allows."""
         if self.operator is not None and not self.operator.done:
             self.operator.wake_at = min(self.operator.wake_at, self.scheduler.now + 60.0)
+
+    def count_dead_lettered_put_off(self) -> None:
+        """Count each job put off or given up whose message reached the DLQ (`careless_dead_lettered`)."""
+        waiting = self.put_off_jobs - self.dead_lettered_put_off
+        if not waiting:
+            return
+        for message in self.sqs.messages(self.dlq_url):
+            body = str(message.get("Body", ""))
+            for job_id in sorted(waiting):
+                if f'"{job_id}"' in body and job_id not in self.dead_lettered_put_off:
+                    self.dead_lettered_put_off.add(job_id)
+                    self.faults.counts["careless_dead_lettered"] += 1
 
     def holds_messages(self, url: str) -> bool:
         names = [
@@ -267,7 +284,8 @@ def build_world(seed: int, config: SimConfig) -> World:
         )
         plan.draw_clock_faults(rngs.clocks)
         plan.draw_short_visibility(rngs.configuration, timeout_seconds=plan_of.timeout_seconds)
-    faults = FaultLog(plan, rngs.faults, scheduler, incident_rng=rngs.visibility)
+        plan.draw_careless_agents(rngs.careless)
+    faults = FaultLog(plan, rngs.faults, scheduler, incident_rng=rngs.visibility, careless_rng=rngs.careless)
     sqs = SimSQS(scheduler.clock, rngs.sqs)
     # botocore checks each request against its model, as a real client does; the differential tests keep that on.
     dynamodb = SimDynamoDB(scheduler.clock, index_lag=faults.index_lag, check_parameters=False)
@@ -302,6 +320,7 @@ def build_world(seed: int, config: SimConfig) -> World:
         rewrite=plant.rewrite if plant is not None else None,
         on_stale_write=oracle.on_stale_write,
         on_lease_taken=lambda pk, owner: oracle.lease_taken(pk, owner, scheduler.current, scheduler.now),
+        on_place_write=oracle.on_place_write,
     )
     product_dynamodb: Any = FaultyClient(watched, "dynamodb", faults, calls=calls)
     woken: list[World] = []  # the world, once built: a send wakes its idle pollers (a long poll answers at once)
@@ -447,6 +466,8 @@ def simulate(seed: int, config: SimConfig | None = None) -> SimResult:
             violation = str(cause) if isinstance(cause, Violation) else f"the world broke: {error}"
         finally:
             world.scheduler.close()
+    if world.oracle.answered_out_of_order:
+        world.counts["answered_out_of_order"] = world.oracle.answered_out_of_order
     trace = world.scheduler.trace
     trace.update(repr((sorted(world.calls.items()), violation)).encode())
     return SimResult(

@@ -1,5 +1,7 @@
-"""The oracle's check as a job starts to run: the run must hold the job's lease, unless a process whose own clock had
-passed the lease's expiry took it over (clock skew between execution environments, which no lease survives)."""
+"""The oracle's checks: as a job starts to run, the run must hold the job's lease, unless a process whose own clock had
+passed the lease's expiry took it over (clock skew between execution environments, which no lease survives); the
+jobs of a workspace take effect in the order of the places their answers named, and after every job answered before
+they were first submitted; an answered place never changes, and a recorded place never moves."""
 
 from __future__ import annotations
 
@@ -13,8 +15,8 @@ from agent_jobs_sim.dynamodb import SimDynamoDB, create_tables_from_template
 from agent_jobs_sim.oracle import Oracle, Violation
 from agent_jobs_sim.scheduler import Process
 from agent_jobs_sim.watch import WatchedTable
-from agent_jobs_sim.workload import Workload
-from tests.conftest import make_message
+from agent_jobs_sim.workload import Workload, WorkspacePlan
+from tests.conftest import make_job, make_message
 
 
 class World:
@@ -133,3 +135,106 @@ def test_a_write_by_another_actor_while_deciding_is_not_the_deferrals():
     world.oracle.deciding_share(deciding, "tenant-1", "j1")
     world.oracle.on_job_write("job#tenant-1#j1", None, ("IN_FLIGHT", 1), writer=other)
     world.oracle.share_decided(deciding, deferred=True)
+
+
+# ---- places and answers ----------------------------------------------------------------------------------------------
+
+
+def _place(n: int) -> str:
+    return str(18_000_000_000_000_000_000 + n)
+
+
+def places_world(*, jobs: int = 2) -> World:
+    """A world whose oracle watches one workspace, ws-a of tenant-1, with jobs j0, j1, ..."""
+    world = World()
+    plan = WorkspacePlan("ws-a", "tenant-1", jobs=[make_job(f"j{i}", "ws-a") for i in range(jobs)])
+    world.oracle.workload = Workload(workspaces=[plan])
+    return world
+
+
+def test_a_retry_answered_with_its_first_place_takes_effect_before_the_job_answered_meanwhile():
+    # j0's submission failed after its send; its careless agent submitted j1, then j0 again within the deduplication
+    # window: j0 is answered with its first message's place, before j1's, and takes effect first.
+    oracle = places_world().oracle
+    oracle.submitted("j0")
+    oracle.submitted("j1")
+    oracle.answered("ws-a", "j1", _place(2))
+    oracle.submitted("j0")
+    oracle.answered("ws-a", "j0", _place(1))
+    oracle.on_commit("ws-a", "j0")
+    oracle.on_commit("ws-a", "j1")
+    assert oracle.effects["ws-a"] == ["j0", "j1"]
+    assert oracle.answered_out_of_order == 1
+
+
+def test_effects_against_the_order_of_answered_places_are_a_violation():
+    oracle = places_world().oracle
+    oracle.submitted("j0")
+    oracle.submitted("j1")
+    oracle.answered("ws-a", "j1", _place(2))
+    oracle.on_commit("ws-a", "j1")
+    oracle.on_commit("ws-a", "j0")  # not answered yet: no place to order it by
+    with pytest.raises(Violation, match="j0 took effect on ws-a after j1, but was answered with an earlier place"):
+        oracle.answered("ws-a", "j0", _place(1))
+
+
+def test_a_job_answered_before_another_was_submitted_must_take_effect_first():
+    oracle = places_world().oracle
+    oracle.submitted("j0")
+    oracle.answered("ws-a", "j0", _place(1))
+    oracle.submitted("j1")  # its answer lost: it has no place to compare, only its submission
+    with pytest.raises(Violation, match="j1 took effect on ws-a while j0, accepted before it, is unrecorded"):
+        oracle.on_commit("ws-a", "j1")
+
+
+def test_a_job_submitted_before_another_was_answered_may_take_effect_first():
+    # j0 failed and was put off; j1 was submitted before j0 had any answer: nothing orders j1 after j0
+    oracle = places_world().oracle
+    oracle.submitted("j0")
+    oracle.submitted("j1")
+    oracle.answered("ws-a", "j1", _place(1))
+    oracle.on_commit("ws-a", "j1")
+    oracle.answered("ws-a", "j0", _place(2))
+    oracle.on_commit("ws-a", "j0")
+    assert oracle.effects["ws-a"] == ["j1", "j0"]
+
+
+def test_an_answer_that_names_another_place_than_before_is_a_violation():
+    oracle = places_world().oracle
+    oracle.submitted("j0")
+    oracle.answered("ws-a", "j0", _place(1))
+    oracle.answered("ws-a", "j0", _place(1))
+    with pytest.raises(Violation, match=f"j0 was answered with place {_place(1)}, then with {_place(5)}"):
+        oracle.answered("ws-a", "j0", _place(5))
+
+
+def test_a_recorded_place_that_moves_is_a_violation():
+    oracle = places_world().oracle
+    oracle.on_place_write("job#tenant-1#j0", None, _place(1))  # placed: by a claim, or a send's record
+    oracle.on_place_write("job#tenant-1#j0", _place(1), _place(1))
+    with pytest.raises(Violation, match=f"j0 was placed at {_place(1)} in its queue, then moved to {_place(3)}"):
+        oracle.on_place_write("job#tenant-1#j0", _place(1), _place(3))
+
+
+def _put_job(world: World, job_id: str, **attributes: str) -> None:
+    item = {"pk": {"S": f"job#tenant-1#{job_id}"}, **{k: {"S": v} for k, v in attributes.items()}}
+    world.table.put_item(TableName=world.name, Item=item)
+
+
+def test_an_answered_place_that_is_not_the_recorded_one_at_the_end_is_a_violation():
+    world = places_world(jobs=1)
+    world.oracle.submitted("j0")
+    world.oracle.answered("ws-a", "j0", _place(1))
+    _put_job(world, "j0", status="QUEUED", sequenceNumber=_place(2))
+    with pytest.raises(Violation, match=f"j0 was answered with place {_place(1)} but is recorded at {_place(2)}"):
+        world.oracle.check_outcomes()
+
+
+def test_a_job_given_up_unsent_is_settled_and_one_still_to_be_sent_again_is_not():
+    world = places_world()
+    _put_job(world, "j0", status="QUEUED")  # recorded, its send never confirmed, no copy placed it
+    _put_job(world, "j1", status="QUEUED")
+    world.oracle.given_up.add("j0")
+    assert world.oracle.unsettled() == ["j1 is QUEUED with 0 effects"]
+    _put_job(world, "j0", status="QUEUED", sequenceNumber=_place(1))  # a copy of it reached a worker: it must run
+    assert world.oracle.unsettled() == ["j0 is QUEUED with 0 effects", "j1 is QUEUED with 0 effects"]

@@ -28,6 +28,7 @@ FINDABLE = [
     "trusting-drain",
     "no-predecessor-check",
     "deferral-as-failure",
+    "resend-moves-place",
 ]
 
 
@@ -50,8 +51,17 @@ def test_seeds_pass_with_faults_at_every_step():
         "early_visibility",
         "short_visibility",
         "slow_job",
+        "unconfirmed_send",
+        "careless_soon",
+        "careless_late",
+        "careless_never",
     }
     assert kinds <= set(report.faults)
+    # Careless agents: a job put off after a failed submission is answered, on its retry, with a place before jobs
+    # answered meanwhile (its first send went through), and a put-off job's message is dead-lettered, in some seeds.
+    print(f"careless agents in {report.careless_seeds} seeds: {dict(report.careless)}")
+    assert report.careless["seeds_out_of_order"] > 0
+    assert report.careless["seeds_dead_lettered"] > 0
     # With a share of one invocation per tenant, two tenants and three pollers, the share bites: records are deferred
     # (their jobs untouched, their groups handed back in order, checked by the oracle) and every job still settles.
     print(f"deferred {report.deferred} records in {report.seeds_deferring} seeds")
@@ -89,9 +99,10 @@ def _replay(seed: int, plant: str | None, *, tenant_share: int = SimConfig.tenan
 # invocations query the running index and defer), so they replay with the share off, as they were found.
 UNSHARED = 0
 
-# The planted bugs whose first failing seed from seed 0 lies hundreds of seeds on, more than `make test` should spend
-# searching: that seed (`make sim PLANT=... SHARE=0 SEEDS=2000` stops there), checked as the search checks the others.
-FOUND_LATER = {"lost-claims-as-failures": 183, "unfenced-complete": 547}
+# The planted bugs found with the share off, whose first failing seed with it lies hundreds of seeds on, more than
+# `make test` should spend searching: that seed (`make sim PLANT=... SHARE=0 SEEDS=2000` stops there), checked as the
+# search checks the others.
+FOUND_LATER = {"lost-claims-as-failures": 94, "unfenced-complete": 464}
 
 
 @pytest.mark.parametrize("plant", FINDABLE)
@@ -122,13 +133,13 @@ def test_a_planted_bug_found_later_fails_its_seed_which_replays_to_the_same_viol
 def test_parking_at_the_last_delivery_is_found_once_the_predecessor_check_is_out_too():
     # Two defences stand between a job dead-lettered after a worker claimed it and the jobs behind it: parking it on
     # its last delivery, and the check for unsettled jobs ahead of each claimed one. Taking out the parking alone
-    # breaks nothing (the check catches the job behind), so seed 8 shows the parking's own part: with both out the
-    # queue dead-letters ws-4-job-002 still QUEUED and ws-4-job-006 runs ahead of it; with either one in, the order
-    # holds.
-    seed, plant = 8, "no-last-delivery-park-unguarded"
+    # breaks nothing (the check catches the job behind), so seed 72 shows the parking's own part: with both out
+    # ws-4-job-002 takes effect while ws-4-job-001, accepted before it, is left IN_FLIGHT and never takes effect; with
+    # either one in, the order holds.
+    seed, plant = 72, "no-last-delivery-park-unguarded"
     broken = simulate(seed, SimConfig(plant=plant, tenant_share=UNSHARED))
     assert broken.violation is not None
-    assert "ws-4-job-002, accepted before it, is QUEUED and never took effect" in broken.violation
+    assert "ws-4-job-001, accepted before it, is IN_FLIGHT and never took effect" in broken.violation
     first, second = _replay(seed, plant, tenant_share=UNSHARED), _replay(seed, plant, tenant_share=UNSHARED)
     assert first == second
     assert f"trace {broken.trace}" in first
@@ -154,13 +165,12 @@ def test_seeds_that_found_a_real_bug_fail_with_it_and_pass_without(seed):
 
 
 @pytest.mark.parametrize("seed", [827])
-def test_seeds_that_found_a_redrive_race_fail_with_it_and_pass_without(seed):
+def test_the_seed_that_found_a_redrive_race_passes(seed):
     # An operator's redrive parked a dead-lettered job and halted its workspace just after a worker claimed the job
     # behind it (the workspace still ACTIVE) and just before that worker looked for unsettled jobs ahead: the parked
     # job had left the pending index, so the job behind it ran first. A halting park now keeps the job in the index.
-    broken = simulate(seed, SimConfig(plant="redriven-unlisted", tenant_share=UNSHARED))
-    assert broken.violation is not None
-    assert "is PARKED and never took effect" in broken.violation
+    # Since a job's place is decided once the schedules differ and no seed searched reaches that race again with the
+    # index left out (`redriven-unlisted`: seeds 0-3999 without a share, 0-1999 with one); the seed stays a seed.
     result = simulate(seed, SimConfig(tenant_share=UNSHARED))
     assert result.passed, result.violation
 
