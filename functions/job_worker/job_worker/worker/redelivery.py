@@ -24,8 +24,8 @@ class RetryLaterError(Exception):
 class RunFailedError(RetryLaterError):
     """The job ran here and failed for a reason of its own (its handler raised, the failure recorded; or its own
     payload object could not be read): the only failure for which its record is parked, and its workspace halted, near
-    the queue's delivery limit (`worker.last_delivery`). A record handed back for anything else (its group stopped, the invocation's time ran out,
-    its tenant's share, a lease held elsewhere) never got its turn."""
+    the queue's delivery limit (`worker.last_delivery`). A record handed back for anything else (its group stopped,
+    the invocation's time ran out, its tenant's share, a lease held elsewhere) never got its turn."""
 
 
 class SuspectError(RetryLaterError):
