@@ -82,8 +82,12 @@ def seed_workspaces(stack: Stack) -> None:
         registry.register(workspace_id, registration, FUZZ_TENANT)
         jobs = [make_job(f"{workspace_id}{n}" if n else workspace_id, workspace_id) for n in range(3)]
         enqueue(stack, *jobs, tenant_id=FUZZ_TENANT)
+        place = stack.job(jobs[0].job_id, FUZZ_TENANT)["sequenceNumber"]  # the copy at the job's place
         lease = stack.guard.claim(
-            job_message(jobs[0], FUZZ_TENANT), message_id=f"m-{workspace_id}", sequence_number="1", remaining_ms=60_000
+            job_message(jobs[0], FUZZ_TENANT),
+            message_id=f"m-{workspace_id}",
+            sequence_number=place,
+            remaining_ms=60_000,
         ).lease
         assert lease is not None
         stack.guard.complete(lease, {"commit": "0" * 40})
