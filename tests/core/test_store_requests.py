@@ -109,7 +109,6 @@ OPERATIONS: dict[str, Callable[[JobGuard], object]] = {
     "drain again": lambda g: g.claim_parked(PARKED, resume_id="r1", remaining_ms=100, reclaim=True),
     "release the drain": lambda g: g.release_drain("w1", "j1", drained_seq="1"),
     "activate": lambda g: g.activate("w1", "r1"),
-    "missing predecessors": lambda g: g.missing_predecessors("w1", tenant_id="t1", job_id="j1", sequence_number="5"),
     "jobs ahead": lambda g: g.jobs_ahead(
         "w1", tenant_id="t1", job_id="j1", sequence_number="5", sent_at=1, unplaced_grace_ms=30_000
     ),

@@ -57,7 +57,6 @@ class ActionRecording:
 
 WORKER: dict[str, Callable[[JobGuard], object]] = {
     "claim": lambda g: g.claim(MESSAGE, message_id="m1", sequence_number="5", remaining_ms=100),
-    "missing predecessors": lambda g: g.missing_predecessors("w1", tenant_id="t1", job_id="j1", sequence_number="5"),
     "jobs ahead": lambda g: g.jobs_ahead(
         "w1", tenant_id="t1", job_id="j1", sequence_number="5", sent_at=1, unplaced_grace_ms=30_000
     ),

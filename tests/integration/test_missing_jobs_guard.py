@@ -36,7 +36,7 @@ def accepted(guard: JobGuard, job_id: str, seq: str) -> Any:
 
 
 def missing(guard: JobGuard, job_id: str, seq: str) -> list[str]:
-    found = guard.missing_predecessors("ws-a", tenant_id="tenant-1", job_id=job_id, sequence_number=seq)
+    found = guard.jobs_ahead("ws-a", tenant_id="tenant-1", job_id=job_id, sequence_number=seq, sent_at=None).all
     return [str(item["jobId"]) for item in found]
 
 
@@ -136,7 +136,7 @@ def test_missing_jobs_halt_their_workspace_and_each_is_decided_before_anything_r
     behind = accepted(guard, "a3", "300")
     claim = guard.claim(behind, message_id="m-a3", sequence_number="300", remaining_ms=60_000)
     assert claim.lease is not None
-    found = guard.missing_predecessors("ws-a", tenant_id="tenant-1", job_id="a3", sequence_number="300")
+    found = guard.jobs_ahead("ws-a", tenant_id="tenant-1", job_id="a3", sequence_number="300", sent_at=None).all
     assert guard.park(
         behind,
         message_id="m-a3",

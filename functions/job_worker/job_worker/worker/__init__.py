@@ -19,7 +19,7 @@ dies alone is blamed (see `JobGuard.claim`), so a job that kills every invocatio
 workspaces it shared batches with DEAD.
 
 Once a job is claimed, and before it runs, the worker checks that the jobs its workspace accepted ahead of it are
-settled (`JobGuard.missing_predecessors`): if the queue let one of them go unsettled (dead-lettered), this job would
+settled (`JobGuard.jobs_ahead`): if the queue let one of them go unsettled (dead-lettered), this job would
 take effect before it, so the workspace is halted naming them and this job is parked behind them.
 
 A drain marker (message attribute type=drain, sent by a resume into the workspace's own group) is recognised before

@@ -163,19 +163,14 @@ class Draining(JobRunning):
         guard, settings = self.services.guard, self.services.settings
         job_id, tenant_id = str(job.get("jobId")), str(job.get("tenantId", ""))
         sent_at = job.get("sentAt")
-        ahead = guard.jobs_ahead(
-            marker.workspace_id,
-            tenant_id=tenant_id,
-            job_id=job_id,
-            sequence_number=_sequence_of(job),
-            sent_at=int(sent_at) if sent_at is not None else None,
-            unplaced_grace_ms=settings.unplaced_grace_seconds * 1000,
+        ahead = self._jobs_ahead(
+            marker.workspace_id, tenant_id, job_id, _sequence_of(job), int(sent_at) if sent_at is not None else None
         )
         if ahead.unplaced and not ahead.missing:
             # A job accepted ahead of it may still be confirmed by its producer: the marker comes back after a while.
             self.logger.info("a job accepted ahead of a parked one is not placed yet: drain later")
             raise RetryLaterError("an unplaced job ahead", settings.drain_lag_retry_seconds or 1)
-        missing = sorted([*ahead.missing, *ahead.unplaced], key=lambda item: str(item.get("queueSeq", "")))
+        missing = ahead.all
         if not missing:
             return False
         missing_ids = [str(item.get("jobId")) for item in missing]

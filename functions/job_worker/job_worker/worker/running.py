@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
-from agent_jobs.guard import ClaimOutcome, ClaimResult, FailOutcome, Item, Lease
+from agent_jobs.guard import ClaimOutcome, ClaimResult, FailOutcome, Item, JobsAhead, Lease
+from agent_jobs.keys import unplaced_since
 from agent_jobs.models import JobMessage, PayloadUnavailableError
 from job_worker.jobs import run_job
 from job_worker.jobs.context import JobContext
@@ -121,24 +122,16 @@ class JobRunning(RecordParsing):
         producer may still confirm it: the claim is given back uncounted and the record comes back when that may have
         happened (RetryLaterError), as long as the record's deliveries leave its job every attempt
         (`Settings.deferrable`); past that, or past the grace, it is missing like the others."""
-        guard, settings = self.services.guard, self.services.settings
         lease = claim.lease
         if lease is None:
             return False
-        previous = claim.previous or {}
-        sent_at = previous.get("sentAt")
-        ahead = guard.jobs_ahead(
-            message.workspace_id,
-            tenant_id=str(message.tenant_id),
-            job_id=message.job_id,
-            sequence_number=claim.place,
-            sent_at=int(sent_at) if sent_at is not None else None,
-            unplaced_grace_ms=settings.unplaced_grace_seconds * 1000,
+        ahead = self._jobs_ahead(
+            message.workspace_id, str(message.tenant_id), message.job_id, claim.place, _sent_at(record, claim)
         )
         receives = int(record.attributes.approximate_receive_count)
-        if ahead.unplaced and not ahead.missing and settings.deferrable(receives):
+        if ahead.unplaced and not ahead.missing and self.services.settings.deferrable(receives):
             self._wait_for_unplaced(record, message, lease, ahead.unplaced)
-        missing = sorted([*ahead.missing, *ahead.unplaced], key=lambda item: str(item.get("queueSeq", "")))
+        missing = ahead.all
         if not missing:
             return False
         missing_ids = [str(item.get("jobId")) for item in missing]
@@ -150,13 +143,27 @@ class JobRunning(RecordParsing):
             raise RetryLaterError("lease lost before the job could be parked", 1)
         return True
 
+    def _jobs_ahead(
+        self, workspace_id: str, tenant_id: str, job_id: str, place: str | None, sent_at: int | None
+    ) -> JobsAhead:
+        """The jobs of `tenant_id` the workspace accepted ahead of `job_id`, placed at `place` and sent at `sent_at`
+        (`JobGuard.jobs_ahead`), unplaced ones within the grace the settings give them."""
+        return self.services.guard.jobs_ahead(
+            workspace_id,
+            tenant_id=tenant_id,
+            job_id=job_id,
+            sequence_number=place,
+            sent_at=sent_at,
+            unplaced_grace_ms=self.services.settings.unplaced_grace_seconds * 1000,
+        )
+
     def _wait_for_unplaced(self, record: SQSRecord, message: JobMessage, lease: Lease, unplaced: list[Item]) -> None:
         """Give the claim back and have the record come back once the unplaced jobs ahead were confirmed or their
         grace ended (always raises RetryLaterError)."""
         guard, settings = self.services.guard, self.services.settings
         waiting_on = [str(item.get("jobId")) for item in unplaced]
         grace_left_ms = max(
-            settings.unplaced_grace_seconds * 1000 - (guard.now() - int(item.get("acceptedAt") or 0))
+            settings.unplaced_grace_seconds * 1000 - (guard.now() - unplaced_since(str(item["queueSeq"])))
             for item in unplaced
         )
         delay = max(1, min(self._backoff_seconds(record), -(-grace_left_ms // 1000)))
@@ -264,3 +271,9 @@ class JobRunning(RecordParsing):
             if halt or missing:
                 self._count_halt()
         return parked
+
+
+def _sent_at(record: SQSRecord, claim: ClaimResult) -> int | None:
+    """When the producer recorded the send of the job's message (epoch ms), or None."""
+    recorded = (claim.previous or {}).get("sentAt")
+    return int(recorded) if recorded is not None else None

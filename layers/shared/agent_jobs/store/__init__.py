@@ -4,7 +4,7 @@ Every transition is one conditional write (a single item, or one transaction whe
 together), allowed by the core's transition table (`agent_jobs.core.transitions`). A lost condition is an expected
 outcome returned as a value, never an exception: the core says what it means (`agent_jobs.core.decisions`) and the
 caller decides whether to acknowledge or retry. The happy path is two writes (claim, complete) and one Query of the
-sparse pending index (`missing_predecessors`, an empty range unless jobs went missing); a duplicate delivery is one
+sparse pending index (`jobs_ahead`, an empty range unless jobs went missing); a duplicate delivery is one
 failed conditional write.
 
 The parts, by concern: `acceptance` (the API records jobs), `leases` (claim, complete, fail), `halts` and `rejects`

@@ -245,7 +245,7 @@ class AcceptanceStore(StoreBase):
             "status": str(JobStatus.QUEUED),
             # In the pending index until it is settled: SUCCEEDED, SKIPPED, or in the hands of the halt machinery
             # (PARKED, DEAD). Unplaced until its send is confirmed (`record_sent`) or a worker claims a copy of it:
-            # until then every job claimed after it finds it ahead (`missing_predecessors`), since its message may be
+            # until then every job claimed after it finds it ahead (`jobs_ahead`), since its message may be
             # ahead of theirs.
             "pendingWorkspace": message.workspace_id,
             "queueSeq": unplaced_sequence(now),

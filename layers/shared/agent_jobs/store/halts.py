@@ -46,7 +46,7 @@ class HaltStore(QueryStore):
 
         With `lease`, the job is one this worker just claimed (conditional on still owning it); with `unclaim` as well,
         the claim is taken back (its attempt is not counted: the job never ran, it found its workspace halted); with
-        `missing` (what `missing_predecessors` found for it), the workspace is halted by the earliest of them in the
+        `missing` (what `jobs_ahead` found ahead of it), the workspace is halted by the earliest of them in the
         same transaction, every one of them joining the jobs the operator decides (`undecidedJobIds`), so that a
         resume lets nothing run before each was redriven and retried, or skipped; the reason names them.
 

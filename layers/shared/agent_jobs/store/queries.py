@@ -177,16 +177,6 @@ class QueryStore(StoreBase):
         last = response.get("LastEvaluatedKey")
         return HaltedPage(shown, to_item(last) if last else None)
 
-    def missing_predecessors(
-        self, workspace_id: str, *, tenant_id: str, job_id: str, sequence_number: str | None
-    ) -> list[Item]:
-        """Every job `jobs_ahead` finds ahead of this one, the unplaced ones of any age among them: what a job that
-        cannot wait must treat as missing."""
-        ahead = self.jobs_ahead(
-            workspace_id, tenant_id=tenant_id, job_id=job_id, sequence_number=sequence_number, sent_at=None
-        )
-        return sorted([*ahead.missing, *ahead.unplaced], key=lambda item: str(item.get("queueSeq", "")))
-
     def jobs_ahead(
         self,
         workspace_id: str,

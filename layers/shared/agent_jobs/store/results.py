@@ -63,6 +63,11 @@ class JobsAhead:
     missing: list[Item]
     unplaced: list[Item]
 
+    @property
+    def all(self) -> list[Item]:
+        """Every job ahead, earliest first: what a job that cannot wait for the unplaced ones treats as missing."""
+        return sorted([*self.missing, *self.unplaced], key=lambda item: str(item.get("queueSeq", "")))
+
 
 @dataclass(frozen=True)
 class JobPage:
