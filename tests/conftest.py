@@ -390,6 +390,35 @@ class ManualClock:
         self.now += int(seconds * 1000)
 
 
+class WindowClock:
+    """Seconds, as the emulator's SQS measures its deduplication window, that only move when a test says so."""
+
+    def __init__(self) -> None:
+        self.now = 1_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def deduplicate_on(clock: WindowClock, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In-process moto's FIFO numbering and deduplication applied afresh to moto's own methods (whatever this process
+    corrected before), deduplicating by `clock`; monkeypatch restores them after the test."""
+    import inspect
+
+    from moto.sqs import models
+
+    for owner, name in (
+        (models.SQSBackend, "send_message"),
+        (models.SQSBackend, "send_message_batch"),
+        (models.Queue, "add_message"),
+    ):
+        monkeypatch.setattr(owner, name, inspect.unwrap(getattr(owner, name)))  # moto's own, without corrections
+    patch_fifo_deduplication(clock=clock)
+
+
 _registration_clients: dict[str, Any] = {}
 
 

@@ -5,7 +5,6 @@ the worker as the queue delivers, on moto in-process and on moto's server (the e
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -20,12 +19,11 @@ from agent_jobs_cli.deadletters import DeadLetterQueue, RedriveOutcome, register
 from agent_jobs_local.emulator import (
     DEDUPLICATION_WINDOW_SECONDS,
     patch_atomic_table_operations,
-    patch_fifo_deduplication,
 )
 from enqueue_api import app
-from tests.conftest import REGION, ManualClock, Stack
+from tests.conftest import REGION, ManualClock, Stack, WindowClock, deduplicate_on
 from tests.conftest import _make_stack as make_stack
-from tests.integration.test_enqueue_api import Api, job_body, use_environment
+from tests.integration.test_enqueue_api import Api, ApiResponse, job_body, use_environment
 from tests.integration.test_resume_worker import deliver, run_until_empty, worker_for
 
 RETRY, SKIP = ResumeDecision.RETRY, ResumeDecision.SKIP
@@ -110,36 +108,24 @@ def worker(any_stack: Stack, workspaces: Any, clock: ManualClock) -> Any:
     return worker_on(any_stack, workspaces, clock)
 
 
-class WindowClock:
-    """The seconds the queue's deduplication window is measured in, moved only by the test."""
-
-    def __init__(self) -> None:
-        self.now = 1_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-
-
 @pytest.fixture
 def window_stack(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Stack, WindowClock]]:
     """The template's resources in moto in this process, its FIFO deduplication window on a clock the test turns
     (the emulator's corrections applied afresh to moto's own methods, and restored afterwards)."""
-    from moto.sqs import models
-
-    for owner, name in (
-        (models.SQSBackend, "send_message"),
-        (models.SQSBackend, "send_message_batch"),
-        (models.Queue, "add_message"),
-    ):
-        monkeypatch.setattr(owner, name, inspect.unwrap(getattr(owner, name)))
     window = WindowClock()
     patch_atomic_table_operations()
-    patch_fifo_deduplication(clock=window)
+    deduplicate_on(window, monkeypatch)
     with mock_aws():
         yield make_stack("in-process", boto3.Session(region_name=REGION)), window
+
+
+def unanswered_then_next(api: Api, lost_answers: LostAnswers) -> ApiResponse:
+    """L1 sent, the write recording its send's answer failed (503); then L2 accepted on the same workspace (202)."""
+    lost_answers.next()
+    assert api.post(job_body("L1", "ws-a")).status == 503
+    second = api.post(job_body("L2", "ws-a"))
+    assert second.status == 202
+    return second
 
 
 def dead_letter_head(stack: Stack, expected_job_id: str) -> None:
@@ -188,10 +174,7 @@ def test_a_retry_within_the_window_keeps_the_first_place_and_a_dead_lettered_fir
 ) -> None:
     stack = api.stack
     # L1's send succeeds, the write recording its answer fails: 503, retry the same request
-    lost_answers.next()
-    assert api.post(job_body("L1", "ws-a")).status == 503
-    second = api.post(job_body("L2", "ws-a"))
-    assert second.status == 202
+    second = unanswered_then_next(api, lost_answers)
     # The retry within the deduplication window: the queue answers with the first message, which it holds
     retried = api.post(job_body("L1", "ws-a"))
     assert retried.status == 202
@@ -228,10 +211,7 @@ def test_a_retry_after_the_window_is_a_later_place_and_the_first_copy_dead_lette
     stack, window = window_stack
     api, worker = api_on(stack, monkeypatch), worker_on(stack, workspaces, clock)
     # L1 is sent, its answer lost (503); L2 is accepted after it; every delivery of L1's message dies unseen
-    lost_answers.next()
-    assert api.post(job_body("L1", "ws-a")).status == 503
-    second = api.post(job_body("L2", "ws-a"))
-    assert second.status == 202
+    second = unanswered_then_next(api, lost_answers)
     dead_letter_head(stack, "L1")
 
     # L2 waits for L1 through the grace, then parks and halts the workspace naming it
@@ -271,10 +251,8 @@ def test_an_unconfirmed_job_ahead_is_waited_for_then_halts_its_workspace_naming_
 ) -> None:
     stack = api.stack
     # L1 is accepted and sent, the answer is lost, and its client gives up; every delivery of L1 dies unseen
-    lost_answers.next()
-    assert api.post(job_body("L1", "ws-a")).status == 503
+    unanswered_then_next(api, lost_answers)
     assert "sequenceNumber" not in stack.job("L1")
-    assert api.post(job_body("L2", "ws-a")).status == 202
     dead_letter_head(stack, "L1")
 
     # While L1 may still be confirmed, L2 waits for it: handed back, nothing halted

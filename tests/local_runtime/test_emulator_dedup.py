@@ -6,7 +6,6 @@ of that message. On moto in-process and on moto's server (the emulator), unless 
 from __future__ import annotations
 
 import hashlib
-import inspect
 import threading
 import uuid
 from collections.abc import Iterator, Mapping
@@ -16,9 +15,9 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from agent_jobs_local.emulator import DEDUPLICATION_WINDOW_SECONDS, patch_fifo_deduplication
+from agent_jobs_local.emulator import DEDUPLICATION_WINDOW_SECONDS
 from agent_jobs_local.emulator_sqs import FifoDeduplication
-from tests.conftest import REGION, Stack
+from tests.conftest import REGION, Stack, WindowClock, deduplicate_on
 
 WORKSPACE_A, WORKSPACE_B = "ws#ws-a", "ws#ws-b"
 
@@ -192,40 +191,19 @@ def test_emulator_concurrent_duplicate_sends_are_all_answered_with_the_one_messa
     assert {place(answer) for answer in answers} == {(message["MessageId"], message["Attributes"]["SequenceNumber"])}
 
 
-class SettableClock:
-    """Seconds that move only when the test says so."""
-
-    def __init__(self) -> None:
-        self.now = 1_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-
-
 @pytest.fixture
-def clocked_sqs(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Any, SettableClock]]:
+def clocked_sqs(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Any, WindowClock]]:
     """In-process moto with the emulator's FIFO numbering and deduplication applied afresh (restored afterwards),
     deduplicating by a clock the test turns."""
-    from moto.sqs import models
-
-    for owner, name in (
-        (models.SQSBackend, "send_message"),
-        (models.SQSBackend, "send_message_batch"),
-        (models.Queue, "add_message"),
-    ):
-        monkeypatch.setattr(owner, name, inspect.unwrap(getattr(owner, name)))  # moto's own, without corrections
-    clock = SettableClock()
-    patch_fifo_deduplication(clock=clock)
+    clock = WindowClock()
+    deduplicate_on(clock, monkeypatch)
     with mock_aws():
         yield boto3.client("sqs", region_name=REGION), clock
 
 
 @pytest.mark.aws
 def test_emulator_accepts_a_deduplication_id_as_a_new_message_once_its_window_is_over(
-    clocked_sqs: tuple[Any, SettableClock],
+    clocked_sqs: tuple[Any, WindowClock],
 ) -> None:
     # Given a message accepted, still in the queue, and its duplicate sent a second before the window ends
     sqs, clock = clocked_sqs
@@ -250,7 +228,7 @@ def test_emulator_accepts_a_deduplication_id_as_a_new_message_once_its_window_is
 
 def test_fifo_deduplication_forgets_ids_whose_window_is_over() -> None:
     # Given 1,000 sends remembered
-    clock = SettableClock()
+    clock = WindowClock()
     deduplication = FifoDeduplication(clock, window_seconds=10)
     for n in range(1_000):
         deduplication.remember((0, "", f"d{n}"), f"m{n}", f"{n:020d}")
