@@ -5,6 +5,7 @@ the worker as the queue delivers, on moto in-process and on moto's server (the e
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -15,6 +16,7 @@ from moto import mock_aws
 from agent_jobs.guard import JobGuard
 from agent_jobs.models import JobStatus, ResumeDecision, WorkspaceState
 from agent_jobs.resume import resume_workspace
+from agent_jobs.store.queries import PRODUCER_CLOCK_MARGIN_MS
 from agent_jobs_cli.deadletters import DeadLetterQueue, RedriveOutcome, registered_owners
 from agent_jobs_local.emulator import (
     DEDUPLICATION_WINDOW_SECONDS,
@@ -239,6 +241,23 @@ def test_a_retry_after_the_window_is_a_later_place_and_the_first_copy_dead_lette
     run_until_empty(stack, worker, lambda_context)
     assert workspaces.commits("ws-a") == ["L2", "L1"]
     assert [stack.job(j)["status"] for j in ("L1", "L2")] == [JobStatus.SUCCEEDED, JobStatus.SUCCEEDED]
+
+
+def test_a_job_whose_send_was_never_recorded_runs_before_a_job_accepted_after_that_send(
+    api: Api, lost_answers: LostAnswers, worker: Any, lambda_context: Any, commits: Callable[[], list[str]]
+) -> None:
+    stack = api.stack
+    # L1 and L2 are each sent and their answers lost; L2 was accepted after L1's message was sent
+    lost_answers.next()
+    assert api.post(job_body("L1", "ws-a")).status == 503
+    time.sleep(PRODUCER_CLOCK_MARGIN_MS / 1000 + 0.1)  # past the margin allowed for the clocks of queue and producers
+    lost_answers.next()
+    assert api.post(job_body("L2", "ws-a")).status == 503
+
+    # L1's copy is the message its place is: the queue's SentTimestamp says L2 came after it, so L1 runs, then L2
+    deliver(stack, worker, lambda_context)
+    assert commits() == ["L1", "L2"]
+    assert stack.workspace("ws-a").get("state", WorkspaceState.ACTIVE) == WorkspaceState.ACTIVE
 
 
 def test_an_unconfirmed_job_ahead_is_waited_for_then_halts_its_workspace_naming_it(

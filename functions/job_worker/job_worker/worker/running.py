@@ -274,6 +274,12 @@ class JobRunning(RecordParsing):
 
 
 def _sent_at(record: SQSRecord, claim: ClaimResult) -> int | None:
-    """When the producer recorded the send of the job's message (epoch ms), or None."""
+    """When the message at the job's place was sent (epoch ms), as far as is known: the queue's own SentTimestamp when
+    the copy claimed is that message (also when the producer never recorded its send), else when the producer recorded
+    the send (later than the send itself: a job accepted meanwhile is taken to be ahead, which only makes this one
+    wait). None when neither is known."""
+    sent = record.attributes.get("SentTimestamp")
+    if record.attributes.sequence_number == claim.place and sent and str(sent).isdigit():
+        return int(sent)
     recorded = (claim.previous or {}).get("sentAt")
     return int(recorded) if recorded is not None else None
