@@ -8,8 +8,17 @@ from typing import Any
 
 import pytest
 
+from enqueue_api import app
 from tests.conftest import GitWorkspaces, Stack
 from tests.integration.lambda_invoke import LambdaInvokeServer, presigned_get
+from tests.integration.test_enqueue_api import Api, api_on
+
+
+@pytest.fixture
+def api(any_stack: Stack, monkeypatch: pytest.MonkeyPatch) -> Iterator[Api]:
+    """The enqueue function as template.yaml configures it, on both stacks (a module's own `api` replaces it)."""
+    yield api_on(any_stack, monkeypatch)
+    app.reset_services()
 
 
 @pytest.fixture

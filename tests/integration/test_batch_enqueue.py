@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -14,9 +13,8 @@ import pytest
 from agent_jobs.keys import workspace_key
 from agent_jobs.models import JobStatus
 from agent_jobs.producer import BatchItemResult, InvalidBatchError, enqueue_jobs
-from enqueue_api import app
 from tests.conftest import Stack, enqueue, make_job, register_workspace
-from tests.integration.test_enqueue_api import Api, job_body, post_event, use_environment
+from tests.integration.test_enqueue_api import Api, job_body, post_event
 
 TENANT = "tenant-1"
 
@@ -266,14 +264,6 @@ def test_enqueue_jobs_a_too_large_job_without_a_payload_store_is_a_per_item_413(
 
 
 # ---- POST /jobs:batch ----------------------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def api(any_stack: Stack, monkeypatch: pytest.MonkeyPatch) -> Iterator[Api]:
-    use_environment(monkeypatch, any_stack.env("EnqueueApiFunction"))
-    monkeypatch.setattr(app.metrics, "namespace", "AgentJobsTest")
-    yield Api(any_stack)
-    app.reset_services()
 
 
 def batch_event(body: Any, **kwargs: Any) -> dict[str, Any]:

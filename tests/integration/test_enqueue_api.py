@@ -173,6 +173,15 @@ def use_environment(monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> Non
     app.reset_services()
 
 
+def api_on(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> Api:
+    """The enqueue function with the environment template.yaml gives it on `stack`, no services cached (the caller
+    calls `app.reset_services()` after the test)."""
+    use_environment(monkeypatch, stack.env("EnqueueApiFunction"))
+    # Powertools reads the namespace when the module is imported; Lambda sets it before that, the test run after.
+    monkeypatch.setattr(app.metrics, "namespace", "AgentJobsTest")
+    return Api(stack)
+
+
 @pytest.fixture
 def api(any_stack: Stack, monkeypatch: pytest.MonkeyPatch) -> Iterator[Api]:
     """The function's environment from the stack (as template.yaml sets it), and no services cached from before."""

@@ -5,7 +5,6 @@ Lambda handler against the table and queue of template.yaml in moto (in-process 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -15,18 +14,10 @@ from agent_jobs.workspaces import WorkspaceRegistry
 from enqueue_api import app
 from tests.conftest import Stack
 from tests.integration.test_batch_enqueue import batch_event
-from tests.integration.test_enqueue_api import PATCH, Api, job_body, use_environment
+from tests.integration.test_enqueue_api import PATCH, Api, job_body
 
 TENANT = "tenant-demo"  # the tenant of the sample events' token
 SUITES = {"unit": ["python", "-m", "pytest"], "lint": ["ruff", "check", "."]}
-
-
-@pytest.fixture
-def api(any_stack: Stack, monkeypatch: pytest.MonkeyPatch) -> Iterator[Api]:
-    use_environment(monkeypatch, any_stack.env("EnqueueApiFunction"))
-    monkeypatch.setattr(app.metrics, "namespace", "AgentJobsTest")
-    yield Api(any_stack)
-    app.reset_services()
 
 
 def register(stack: Stack, workspace_id: str = "w1", **fields: Any) -> None:

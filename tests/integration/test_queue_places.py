@@ -22,10 +22,9 @@ from agent_jobs_local.emulator import (
     DEDUPLICATION_WINDOW_SECONDS,
     patch_atomic_table_operations,
 )
-from enqueue_api import app
 from tests.conftest import REGION, ManualClock, Stack, WindowClock, deduplicate_on
 from tests.conftest import _make_stack as make_stack
-from tests.integration.test_enqueue_api import Api, ApiResponse, job_body, use_environment
+from tests.integration.test_enqueue_api import Api, ApiResponse, api_on, job_body, use_environment
 from tests.integration.test_resume_worker import deliver, run_until_empty, worker_for
 
 RETRY, SKIP = ResumeDecision.RETRY, ResumeDecision.SKIP
@@ -74,19 +73,6 @@ class LostAnswers:
 
     def next(self, count: int = 1) -> None:
         self.count = count
-
-
-def api_on(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> Api:
-    """The enqueue function with the environment template.yaml gives it on `stack`, no services cached."""
-    use_environment(monkeypatch, stack.env("EnqueueApiFunction"))
-    monkeypatch.setattr(app.metrics, "namespace", "AgentJobsTest")
-    return Api(stack)
-
-
-@pytest.fixture
-def api(any_stack: Stack, monkeypatch: pytest.MonkeyPatch) -> Iterator[Api]:
-    yield api_on(any_stack, monkeypatch)
-    app.reset_services()
 
 
 @pytest.fixture
