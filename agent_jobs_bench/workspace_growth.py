@@ -97,7 +97,7 @@ def _before_the_fixes() -> Iterator[None]:
     from job_worker.jobs.git import branch, cache, trailer_index, transport
 
     def whole_branch(store: Any, _cache: Path, _branch: Any, head: Any, base: Any, **_: Any) -> Any:
-        return trailer_index._walk(store, head, base)[0] if head is not None else []
+        return trailer_index._walk(store, head, base, frozenset())[0] if head is not None else []
 
     def dulwich_objects(store: Any, have: Any, want: Any) -> list[Any]:
         return [sha for sha, _ in MissingObjectFinder(store, haves=have, wants=want)]

@@ -89,12 +89,15 @@ def test_over_http_a_warm_cache_applies_a_patch_with_one_push(
     url, requests = served
     worker = store(tmp_path, url, "worker-1")
 
-    # A cold cache: one fetch, then the push
+    # A cold cache: the server's capabilities (can it deepen a shallow cache? dulwich's cannot), one fetch, the push
     cold = requests.mark()
     run(worker, "job-1", append_line(1))
     cold_requests = requests.since(cold)
     assert {k: v for k, v in cold_requests.items() if "receive-pack" in k} == PUSH
-    assert cold_requests["GET info/refs?service=git-upload-pack"] == 1
+    assert cold_requests["GET info/refs?service=git-upload-pack"] == 2
+    caches = list(worker.cache_root.glob("*.git"))
+    assert caches
+    assert not [cache for cache in caches if (cache / "shallow").exists()]  # fetched in full
 
     # A warm cache: the push alone, and a redelivery of the same job reaches the server not at all
     warm = requests.mark()

@@ -154,7 +154,10 @@ def test_a_fetch_stops_receiving_at_max_fetch_bytes(tmp_path: Path, make_remote:
     workspace, streamed = streamed_workspace(tmp_path, remote, pack, GitLimits(max_fetch_bytes=256 * 1024))
 
     # When a job reads the head, then Then it is refused once the pack passes the limit, long before its end
-    with pytest.raises(PermanentJobError, match=r"more than the 262144-byte limit of MAX_FETCH_BYTES"):
+    with pytest.raises(
+        PermanentJobError,
+        match=r"went over the 262144-byte limit of MAX_FETCH_BYTES \(the template's MaxFetchBytes parameter\)",
+    ):
         workspace.head()
     assert streamed.sent <= 256 * 1024 + 64 * 1024 < pack.stat().st_size
     print(f"\nreceived {streamed.sent} of {pack.stat().st_size} pack bytes before the refusal")

@@ -32,3 +32,14 @@ def test_worker_cache_budget_leaves_a_job_room_at_every_storage_size(template: d
         budgets[size] = settings.cache_budget_bytes // mib
     # what the template's storage leaves for warm caches beside that room and 64 MiB (docs/configuration.md's figures)
     assert budgets == {512: 148, 1024: 660, 10240: 9876}
+
+
+def test_max_fetch_bytes_is_a_bounded_parameter_the_worker_knows(template: dict[str, Any]) -> None:
+    # The fetch limit's error names this parameter: a deployer raises it without editing the template.
+    worker = template["Resources"][WORKER]["Properties"]
+    assert worker["Environment"]["Variables"]["MAX_FETCH_BYTES"] == {"Ref": "MaxFetchBytes"}
+    parameter = template["Parameters"]["MaxFetchBytes"]
+    assert (parameter["MinValue"], parameter["MaxValue"], parameter["Default"]) == (1 << 20, 1 << 32, 100 << 20)
+    model = TemplateModel(template, parameter_overrides={"MaxFetchBytes": 300 << 20})
+    raised = model.function_environment_variable(WORKER, "MAX_FETCH_BYTES")
+    assert Settings(table_name="t", queue_url="q", max_fetch_bytes=int(raised or 0)).max_fetch_bytes == 300 << 20

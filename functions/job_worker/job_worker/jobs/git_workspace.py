@@ -55,7 +55,7 @@ from job_worker.jobs.git.commits import (
     result_ref,
 )
 from job_worker.jobs.git.remote import GitCredentials, GitRemote
-from job_worker.jobs.git.transport import LOCAL_PUSH_TURN, RemoteTransport
+from job_worker.jobs.git.transport import DEEPEN_DEPTHS, LOCAL_PUSH_TURN, RemoteTransport
 from job_worker.jobs.git.trees import CHECKOUT_ENTRY_BYTES, CheckoutBudget, write_tree_to_folder
 from job_worker.jobs.limits import GitLimits
 from job_worker.jobs.patching import REGULAR_FILE_MODE, ParsedPatch, parse_patch, patch_text
@@ -287,8 +287,14 @@ class GitWorkspace:
         if not SHA.fullmatch(sha):
             raise ValueError(f"not a commit sha: {sha!r}")
         with self._cache() as repo:
-            if ObjectID(sha.encode()) not in repo.object_store:
+            wanted = ObjectID(sha.encode())
+            if wanted not in repo.object_store:
                 self._fetch(repo, [self._branch, self._base])
+            # A commit below a shallow cache's tips (a test run of an older head) is fetched by deepening them.
+            for depth in DEEPEN_DEPTHS:
+                if wanted in repo.object_store:
+                    break
+                self._transport.fetch(repo, [self._branch, self._base], depth=depth)
             tree = commit_of(repo.object_store, sha).tree
             path.mkdir(parents=True, exist_ok=True)
             if any(path.iterdir()):
@@ -344,7 +350,11 @@ class GitWorkspace:
                 yield None
                 return
             yield FetchedBranch(
-                repo, self._branch, self._base, {ref: refs[ref] for ref in (self._branch, self._base) if ref in refs}
+                repo,
+                self._branch,
+                self._base,
+                {ref: refs[ref] for ref in (self._branch, self._base) if ref in refs},
+                self._deepener(repo),
             )
 
     @contextmanager
@@ -355,7 +365,12 @@ class GitWorkspace:
             yield fetched
             return
         with self._cache() as repo:
-            yield FetchedBranch(repo, self._branch, self._base, self._fetch(repo, [self._branch, self._base]))
+            heads = self._fetch(repo, [self._branch, self._base])
+            yield FetchedBranch(repo, self._branch, self._base, heads, self._deepener(repo))
+
+    def _deepener(self, repo: Repo) -> Callable[[int], object]:
+        """How a walk on the cache `repo` deepens the history of the branch and its base."""
+        return lambda depth: self._transport.fetch(repo, [self._branch, self._base], depth=depth)
 
     def _commit_on(
         self,

@@ -21,6 +21,16 @@ class GitLimits:
     def from_settings(cls, settings: Settings) -> GitLimits:
         return cls(settings.max_blob_bytes, settings.max_fetch_bytes, settings.max_checkout_bytes)
 
+    def fetch_too_large(self, source: str) -> PermanentJobError:
+        """A fetch that went over MAX_FETCH_BYTES: stopped there, before the rest of it is received or indexed."""
+        return PermanentJobError(
+            f"fetching from {source} went over the {self.max_fetch_bytes}-byte limit of MAX_FETCH_BYTES (the "
+            "template's MaxFetchBytes parameter) and was stopped there; the tip trees of the branch and its base, "
+            "with the branch's commits since it left the base, must fit it: raise MaxFetchBytes (and "
+            "WorkerEphemeralStorage with it), or shrink what the tip holds (large files, vendored folders), then "
+            "resume the workspace"
+        )
+
     def object_too_large(self, source: str, size: int) -> PermanentJobError:
         return PermanentJobError(
             f"{source} holds a {size}-byte git object, above the {self.max_blob_bytes}-byte limit of MAX_BLOB_BYTES;"

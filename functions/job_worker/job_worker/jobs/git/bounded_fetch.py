@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import os
 import zlib
-from collections.abc import Iterator, Sequence, Set
+from collections.abc import Callable, Iterator, Sequence, Set
 from contextlib import closing
 from typing import IO, Any
 
 from dulwich.client import LocalGitClient
-from dulwich.object_store import DiskObjectStore
+from dulwich.object_store import DiskObjectStore, MissingObjectFinder
 from dulwich.objects import ObjectID, ShaFile
 from dulwich.pack import DELTA_TYPES, OFS_DELTA, REF_DELTA, UnpackedObject, read_pack_header_at
 from dulwich.repo import Repo
@@ -56,10 +56,7 @@ class PackGuard:
     def receive(self, data: bytes) -> int:
         self._received += len(data)
         if self._received > self._limits.max_fetch_bytes:
-            raise PermanentJobError(
-                f"fetching from {self._source} brought more than the {self._limits.max_fetch_bytes}-byte limit of"
-                " MAX_FETCH_BYTES; shrink the branch and its history, or raise MAX_FETCH_BYTES"
-            )
+            raise self._limits.fetch_too_large(self._source)
         self._sink.write(data)
         self._parse(bytes(data))
         return len(data)
@@ -222,4 +219,39 @@ class SizeCheckingLocalClient(LocalGitClient):
         repo = Repo(os.fsdecode(path))
         assert isinstance(repo.object_store, DiskObjectStore)
         repo.object_store = _SizeCheckedObjects(repo.object_store, self._limits, self._source)  # type: ignore[assignment]
+        repo.find_missing_objects = _ShallowCacheFinder(repo)  # type: ignore[method-assign]
         return closing(repo)
+
+
+class _ShallowCacheFinder:
+    """The local remote `repo`'s `find_missing_objects`, except for an incremental fetch into a shallow cache:
+    dulwich's sends such a cache everything from the wanted tips down to its shallow commits again (it sets the
+    cache's haves aside); this one sends what the cache's tips do not hold, as git's upload-pack does for a shallow
+    client, walking the remote's history no deeper than the cache's shallow commits. Only the trees of the cache's
+    tips count as held: an object the new commits share with an older commit is sent again, never taken as held."""
+
+    def __init__(self, repo: Repo) -> None:
+        self._repo = repo
+        self._dulwich = repo.find_missing_objects
+
+    def __call__(
+        self,
+        determine_wants: Callable[..., list[ObjectID]],
+        graph_walker: Any,
+        progress: Callable[[bytes], None] | None,
+        *,
+        get_tagged: Callable[[], dict[ObjectID, ObjectID]] | None = None,
+        depth: int | None = None,
+    ) -> MissingObjectFinder | None:
+        shallow = set(getattr(graph_walker, "shallow", ()))
+        if depth is not None or not shallow:
+            return self._dulwich(determine_wants, graph_walker, progress, get_tagged=get_tagged, depth=depth)
+        store = self._repo.object_store
+        refs = {ref: sha for ref, sha in self._repo.get_refs().items() if sha in store}
+        wants = determine_wants(refs, None)
+        if not wants:
+            return None  # nothing new: an empty pack
+        haves = [sha for sha in getattr(graph_walker, "heads", ()) if sha in store]
+        return MissingObjectFinder(
+            store, haves=haves, wants=wants, shallow=shallow, progress=progress, get_tagged=get_tagged
+        )

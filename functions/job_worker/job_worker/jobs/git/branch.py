@@ -15,21 +15,35 @@ from dulwich.objects import ZERO_SHA, ObjectID
 from dulwich.refs import Ref
 from dulwich.repo import Repo
 
+from job_worker.jobs.errors import RetryableJobError
 from job_worker.jobs.git.commits import DEFAULT_IDENTITY, commit_of, job_commit_of, new_commit
-from job_worker.jobs.git.trailer_index import indexed_job_commits
+from job_worker.jobs.git.trailer_index import ShallowHistoryError, indexed_job_commits
+from job_worker.jobs.git.transport import DEEPEN_DEPTHS
 from job_worker.jobs.git.trees import patched_tree
 from job_worker.jobs.patching import ParsedPatch
 from job_worker.jobs.workspace import ROOT_HEAD, Commit
 
 
 class FetchedBranch:
-    """`branch` and its `base` at the values `heads` the remote advertised to a fetch into the cache `repo`."""
+    """`branch` and its `base` at the values `heads` the remote advertised to a fetch into the cache `repo`.
 
-    def __init__(self, repo: Repo, branch: Ref, base: Ref, heads: Mapping[Ref, ObjectID]) -> None:
+    A shallow cache may hold too little of the branch for the trailer walk: `deepen(depth)` fetches the tips' history
+    to `depth` commits, and the walk is tried again at each of DEEPEN_DEPTHS in turn (the last is the whole history).
+    A walk still cut short then (the remote branch was rewritten since these heads) is a RetryableJobError."""
+
+    def __init__(
+        self,
+        repo: Repo,
+        branch: Ref,
+        base: Ref,
+        heads: Mapping[Ref, ObjectID],
+        deepen: Callable[[int], object] | None = None,
+    ) -> None:
         self.repo = repo
         self.branch = branch
         self.base = base
         self.heads = dict(heads)
+        self._deepen = deepen
         self._looked_for: dict[str, Commit | None] = {}
         self._indexed: list[tuple[ObjectID, str]] | None = None
 
@@ -62,14 +76,26 @@ class FetchedBranch:
 
     def _job_shas(self, trust_index: bool = True) -> list[tuple[ObjectID, str]]:
         if self._indexed is None:
-            self._indexed = indexed_job_commits(
-                self.repo.object_store,
-                Path(self.repo.path),
-                self.branch,
-                self.heads.get(self.branch),
-                self.heads.get(self.base),
-                trust_index=trust_index,
-            )
+            depths = iter(DEEPEN_DEPTHS if self._deepen is not None else ())
+            while self._indexed is None:
+                try:
+                    self._indexed = indexed_job_commits(
+                        self.repo.object_store,
+                        Path(self.repo.path),
+                        self.branch,
+                        self.heads.get(self.branch),
+                        self.heads.get(self.base),
+                        trust_index=trust_index,
+                        shallow=self.repo.get_shallow(),
+                    )
+                except ShallowHistoryError as error:
+                    depth = next(depths, None)
+                    if depth is None or self._deepen is None:
+                        raise RetryableJobError(
+                            f"the branch {self.branch.decode()} was rewritten while its history was fetched ({error});"
+                            " will retry"
+                        ) from error
+                    self._deepen(depth)
         return self._indexed
 
     def new_commit(self, patch: ParsedPatch, *, message: str, author: str | None) -> ObjectID:

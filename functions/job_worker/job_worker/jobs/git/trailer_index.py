@@ -13,7 +13,10 @@ The index is used only when it is certainly right for the branch now:
   branch rewritten by a force push, or with a merge on it, is walked in full;
 - it reads as written (its format, every sha and job id). Anything else (missing, cut short, hand-edited) is ignored.
 
-Otherwise the whole branch is walked, as without an index, and the index written anew. It is written whole to a file
+Otherwise the whole branch is walked, as without an index, and the index written anew. A shallow cache (one that
+fetched the tips only: `jobs.git.transport`) may not hold the whole branch: a walk that reaches one of its shallow
+commits (whose parents it lacks) before the base ends with `ShallowHistoryError`, and writes no index; the caller
+deepens the cache and walks again. It is written whole to a file
 aside and renamed over the old one, under the cache's lock, which every use of the cache holds: a reader never sees half
 an index. Each cache (one per workspace, remote url and owner) has its own: what a tenant's remote holds never reaches
 another cache's index.
@@ -24,6 +27,7 @@ from __future__ import annotations
 import os
 import re
 import tempfile
+from collections.abc import Set
 from pathlib import Path
 
 from dulwich.object_store import BaseObjectStore
@@ -43,6 +47,14 @@ _NO_BASE = "-"
 JobShas = list[tuple[ObjectID, str]]  # (commit sha, job id), newest first
 
 
+class ShallowHistoryError(Exception):
+    """The walk reached a shallow commit of the cache before the base: the branch may go on below it."""
+
+    def __init__(self, commit: ObjectID) -> None:
+        super().__init__(f"the cache's history ends at {commit.decode()}, above the branch's base")
+        self.commit = commit
+
+
 def indexed_job_commits(
     store: BaseObjectStore,
     cache: Path,
@@ -51,17 +63,19 @@ def indexed_job_commits(
     base: ObjectID | None,
     *,
     trust_index: bool = True,
+    shallow: Set[ObjectID] = frozenset(),
 ) -> JobShas:
     """The commits with a job trailer from `head` back, newest first, down to (not into) `base`, as (sha, job id):
     walked from `head` down to the head the cache's index was written at, or in full (see the module docstring), and
-    always in full without `trust_index`."""
+    always in full without `trust_index`. `shallow` are the cache's shallow commits: a walk that reaches one raises
+    ShallowHistoryError."""
     if head is None:
         return []
     index_path = cache / INDEX_FILE
     indexed = _read(index_path, branch, base) if trust_index else None
-    jobs = None if indexed is None else _above(store, head, base, *indexed)
+    jobs = None if indexed is None else _above(store, head, base, *indexed, shallow=shallow)
     if jobs is None:
-        jobs, head_since_base = _walk(store, head, base)
+        jobs, head_since_base = _walk(store, head, base, shallow)
         if not head_since_base:
             # The head is the base or below it: nothing to index (an index promises its head is above the base).
             index_path.unlink(missing_ok=True)
@@ -72,7 +86,13 @@ def indexed_job_commits(
 
 
 def _above(
-    store: BaseObjectStore, head: ObjectID, base: ObjectID | None, indexed_head: ObjectID, indexed: JobShas
+    store: BaseObjectStore,
+    head: ObjectID,
+    base: ObjectID | None,
+    indexed_head: ObjectID,
+    indexed: JobShas,
+    *,
+    shallow: Set[ObjectID],
 ) -> JobShas | None:
     """The job commits down to the base: the ones from `head` down to `indexed_head`, then the `indexed` ones below
     it; None unless `head` reaches `indexed_head` through commits of one parent each.
@@ -96,13 +116,26 @@ def _above(
     return jobs + indexed
 
 
-def _walk(store: BaseObjectStore, head: ObjectID, base: ObjectID | None) -> tuple[JobShas, bool]:
+def _walk(
+    store: BaseObjectStore, head: ObjectID, base: ObjectID | None, shallow: Set[ObjectID]
+) -> tuple[JobShas, bool]:
     """The job commits from `head` back, down to (not into) `base`: the whole branch; and whether `head` itself is
-    above the base (walked, rather than the base or below it)."""
+    above the base (walked, rather than the base or below it). Reaching a `shallow` commit one of whose parents the
+    cache lacks raises ShallowHistoryError: the walk reads no parent the cache does not hold (a shallow commit of the
+    base's only ends the base's exclusion there)."""
+
+    def parents(commit: Commit) -> list[ObjectID]:
+        if commit.id not in shallow:
+            return list(commit.parents)
+        return [parent for parent in commit.parents if parent in store]
+
     jobs: JobShas = []
     head_since_base = False
-    for entry in Walker(store, include=[head], exclude=[base] if base else None, order=ORDER_TOPO):
+    walker = Walker(store, include=[head], exclude=[base] if base else None, order=ORDER_TOPO, get_parents=parents)
+    for entry in walker:
         commit = entry.commit
+        if commit.id in shallow and any(parent not in store for parent in commit.parents):
+            raise ShallowHistoryError(commit.id)
         head_since_base = head_since_base or commit.id == head
         job_id = job_id_of(commit.message)
         if job_id is not None:

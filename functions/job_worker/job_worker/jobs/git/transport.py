@@ -13,6 +13,13 @@ each use, a local remote with a confining folder is checked against it (`jobs.gi
 UNPACK_LIMIT objects to a local remote writes them loose, as git's receive-pack does, so the remote does not gain a
 pack per push; the remote's own packs are never rewritten. An HTTPS remote is verified against the system's CAs, or
 against the one CA its `GitRemote.ca_pem` names (the `sam local` git server's).
+
+A cold cache (one that holds no ref yet: every new execution environment's first job on a workspace) fetches the tips
+it wants at depth 1, as `git clone --depth 1` does, so a first job costs what the tip trees cost, whatever the history.
+What needs more history asks for it (`deepen`, from the tips, at growing depths): the trailer walk
+(`jobs.git.branch`) and a checkout of an older commit. A remote on this machine's file system is always fetched so; an
+HTTPS remote only when its server can deepen a shallow cache (it advertises `deepen-not`, as git's upload-pack, and
+GitHub's, do), and in full otherwise. The cache records its shallow commits in its `shallow` file, as git does.
 """
 
 from __future__ import annotations
@@ -55,6 +62,11 @@ _CA_FILES_LOCK = threading.Lock()
 UNPACK_LIMIT = 100
 # How long a push waits for the live pushes of a local remote to end before it takes a ref's lock file for a live one.
 STALE_REF_LOCK_WAIT_SECONDS = 5.0
+# How deep a cold cache fetches its tips; then the depths a walk that needs more history deepens them to, in turn, the
+# last one the whole history (git's own "deepen 2147483647" for `--unshallow`).
+SHALLOW_DEPTH = 1
+FULL_DEPTH = 2**31 - 1
+DEEPEN_DEPTHS = (8, 64, 512, FULL_DEPTH)
 
 
 def git_config_trusting(ca_pem: str) -> ConfigDict:
@@ -95,18 +107,25 @@ class RemoteTransport:
             password=credentials.password if credentials else None,
         )
         self._path = os.fsencode(remote_path)
+        self._deepens: bool | None = None
 
-    def fetch(self, repo: Repo, wanted: Sequence[Ref]) -> dict[Ref, ObjectID]:
+    def fetch(self, repo: Repo, wanted: Sequence[Ref], *, depth: int | None = None) -> dict[Ref, ObjectID]:
         """Fetch what the cache lacks of `refs` and return their values on the remote (absent: not there).
 
         The values are the ones the remote advertised for this fetch, so every object they name is in the cache.
-        The cache keeps a copy of each ref, which makes the next fetch send only what is new.
+        The cache keeps a copy of each ref, which makes the next fetch send only what is new. A cold cache fetches
+        them at SHALLOW_DEPTH where the remote can deepen it later (see the module docstring); `depth` deepens the
+        cache's history of the refs' tips to that many commits (a depth the history does not have: all of it).
         """
         self._check_confined()
+        if depth is None and not repo.refs.as_dict() and self.deepens():
+            depth = SHALLOW_DEPTH
         advertised: dict[Ref, ObjectID] = {}
 
         def wants(refs: Mapping[Ref, ObjectID], depth: int | None = None) -> list[ObjectID]:
             advertised.update({ref: refs[ref] for ref in wanted if ref in refs})
+            if depth is not None:
+                return sorted(set(advertised.values()))  # deepening: the tips too, though the cache has them
             return sorted({sha for sha in advertised.values() if sha not in repo.object_store})
 
         # As dulwich's GitClient.fetch does, but the pack goes through PackGuard on its way to a file that the
@@ -114,11 +133,17 @@ class RemoteTransport:
         client = SizeCheckingLocalClient(self.limits, self.remote.display_url) if self.local_root() else self.client
         with tempfile.TemporaryFile(dir=repo.object_store.path, prefix="incoming-") as pack, self._remote_there():
             guard = PackGuard(pack, self.limits, self.remote.display_url)
-            client.fetch_pack(self._path, wants, repo.get_graph_walker(), guard.receive, ref_prefix=list(wanted))
+            result = client.fetch_pack(
+                self._path, wants, repo.get_graph_walker(), guard.receive, ref_prefix=list(wanted), depth=depth
+            )
             guard.finish()
             if pack.tell():
                 pack.seek(0)
                 repo.object_store.add_thin_pack(pack.read, None)
+        # A remote over the network states the cache's new shallow commits in its answer; a local one's fetch has
+        # already recorded them through the cache's graph walker.
+        if result.new_shallow or result.new_unshallow:
+            repo.update_shallow(result.new_shallow, result.new_unshallow)
         local = repo.refs.as_dict()
         for ref in wanted:
             if ref in advertised:
@@ -126,6 +151,28 @@ class RemoteTransport:
             elif ref in local:
                 del repo.refs[ref]
         return advertised
+
+    def deepens(self) -> bool:
+        """Whether the remote can deepen a shallow cache: a local one always; an HTTPS server when it advertises
+        `deepen-not` (git's upload-pack since 2.11, GitHub's) or protocol v2's shallow fetch. A server that cannot
+        (dulwich's own, which fails a later fetch of a shallow cache) is fetched in full. Asked once per transport."""
+        if self._deepens is None:
+            self._deepens = self.local_root() is not None or self._server_deepens()
+        return self._deepens
+
+    def _server_deepens(self) -> bool:
+        # dulwich's HTTP client reads the server's capabilities only inside a fetch; its reference discovery is the
+        # same request a fetch begins with (one more round trip, for a cold cache only).
+        discover = getattr(self.client, "_discover_references", None)
+        url_of = getattr(self.client, "_get_url", None)
+        if discover is None or url_of is None:
+            return False
+        with self._remote_there():
+            _refs, capabilities, *_ = discover(b"git-upload-pack", url_of(self._path))
+        return b"deepen-not" in capabilities or any(
+            capability.startswith(b"fetch=") and b"shallow" in capability.split(b"=", 1)[1].split()
+            for capability in capabilities
+        )
 
     def push(
         self, repo: Repo, ref: Ref, new: ObjectID, still_expected: Callable[[Mapping[Ref, ObjectID]], bool]
