@@ -287,14 +287,7 @@ class GitWorkspace:
         if not SHA.fullmatch(sha):
             raise ValueError(f"not a commit sha: {sha!r}")
         with self._cache() as repo:
-            wanted = ObjectID(sha.encode())
-            if wanted not in repo.object_store:
-                self._fetch(repo, [self._branch, self._base])
-            # A commit below a shallow cache's tips (a test run of an older head) is fetched by deepening them.
-            for depth in DEEPEN_DEPTHS:
-                if wanted in repo.object_store:
-                    break
-                self._transport.fetch(repo, [self._branch, self._base], depth=depth)
+            self._bring_commit(repo, ObjectID(sha.encode()))
             tree = commit_of(repo.object_store, sha).tree
             path.mkdir(parents=True, exist_ok=True)
             if any(path.iterdir()):
@@ -367,6 +360,18 @@ class GitWorkspace:
         with self._cache() as repo:
             heads = self._fetch(repo, [self._branch, self._base])
             yield FetchedBranch(repo, self._branch, self._base, heads, self._deepener(repo))
+
+    def _bring_commit(self, repo: Repo, sha: ObjectID) -> None:
+        """Bring commit `sha` of the branch or its base into the cache `repo`: fetch the tips, then, for a commit
+        below a shallow cache's tips (a test run of an older head, a patch's older base), deepen them step by step
+        (DEEPEN_DEPTHS) until it is there. A commit in neither history is still missing after the last step."""
+        if sha not in repo.object_store:
+            self._fetch(repo, [self._branch, self._base])
+        deepen = self._deepener(repo)
+        for depth in DEEPEN_DEPTHS:
+            if sha in repo.object_store:
+                return
+            deepen(depth)
 
     def _deepener(self, repo: Repo) -> Callable[[int], object]:
         """How a walk on the cache `repo` deepens the history of the branch and its base."""
