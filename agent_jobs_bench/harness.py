@@ -39,6 +39,7 @@ BENCHMARKS: dict[str, str] = {
     "cold_start": "Cold start",
     "git_round_trips": "Git round trips per apply_patch",
     "workspace_growth": "apply_patch as a workspace grows",
+    "cold_first_job": "First job on a cold cache",
     "end_to_end": "End to end, local",
     "plan": "Capacity and cost plan",
 }

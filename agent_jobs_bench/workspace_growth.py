@@ -12,7 +12,8 @@ a folder that grows by one file per job costs git and the worker alike, and is n
 
 The large repository is built with real git (`git fast-import`): LARGE_COMMITS commits, each writing 10 KiB of random
 (incompressible) bytes to one of 500 files, about 50 MB of pack. Its first job is a cold cache: the worker fetches the
-base branch whole (what a shallow first fetch would cut), applies the patch and pushes.
+base branch's tip at depth 1 (its 500 files, not their history), applies the patch and pushes; the baseline's
+`git clone` fetches the whole history (`cold_first_job` sets the first job beside `git clone --depth 1`).
 """
 
 from __future__ import annotations

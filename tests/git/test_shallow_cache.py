@@ -6,10 +6,12 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
+from dulwich.objects import Blob, ObjectID, RawObjectID, sha_to_hex
 from dulwich.objects import Commit as GitCommit
-from dulwich.objects import ObjectID
+from dulwich.pack import DELTA_TYPES, PackData
 from dulwich.refs import Ref
 from dulwich.repo import Repo
 
@@ -19,7 +21,7 @@ from job_worker.jobs.context import JobContext
 from job_worker.jobs.errors import PermanentJobError
 from job_worker.jobs.git_workspace import GitRemote, GitWorkspaceStore
 from job_worker.jobs.limits import GitLimits
-from tests.git.conftest import BASE_BRANCH, SEED_FILES, apply_patch_job, commit_files, remote_ref
+from tests.git.conftest import BASE_BRANCH, SEED_FILES, apply_patch_job, commit_files, real_git, remote_ref
 from tests.git.test_git_workspace import BRANCH, append_line, branch_job_ids, object_count
 
 StoreFactory = Callable[..., GitWorkspaceStore]
@@ -69,6 +71,56 @@ def test_a_cold_cache_fetches_the_tips_not_the_history(remote: Path, make_store:
         commit = repo[ObjectID(str(result["commit"]).encode())]
         assert isinstance(commit, GitCommit)
         assert commit.parents == [base_tip]
+
+
+def test_a_cold_fetch_reads_what_it_sends_from_a_local_remotes_packs_and_keeps_their_deltas(
+    remote: Path, make_store: StoreFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a remote packed by git (as `git gc` leaves it) with a long history, whose tip has two files alike, one
+    # stored as a delta of the other
+    grow_base(remote, 200)
+    text = "".join(f"line {n} of a long file\n" for n in range(400)).encode()
+    alike = {"a.txt": text, "b.txt": text + b"one more line\n"}
+    tip = commit_files(remote, BASE_BRANCH, {**SEED_FILES, **alike}, "Alike\n", parents=[remote_sha(remote)])
+    real_git(remote, "repack", "-a", "-d", "-q")
+    alike_blobs = {Blob.from_string(content).id for content in alike.values()}
+    assert alike_blobs & stored_deltas(remote)
+
+    # When a cold cache fetches the tip, every pack read whole recorded
+    read_whole: list[Path] = []
+    iter_unpacked = PackData.iter_unpacked
+
+    def recording(self: PackData, *args: Any, **kwargs: Any) -> Any:
+        read_whole.append(Path(self.path))
+        return iter_unpacked(self, *args, **kwargs)
+
+    monkeypatch.setattr(PackData, "iter_unpacked", recording)
+    worker = make_store("cold")
+    run(worker, "job-1", append_line(1))
+    monkeypatch.undo()
+
+    # Then none of the remote's packs was read whole (only the objects sent were read: the history costs nothing),
+    # and the delta came as it is stored, not inflated and sent whole
+    assert not [path for path in read_whole if path.is_relative_to(remote)]
+    assert shallow_commits(cache_of(worker)) == {tip}
+    assert alike_blobs & stored_deltas(cache_of(worker))
+    assert branch_job_ids(remote) == ["job-1"]
+
+
+def remote_sha(remote: Path) -> ObjectID:
+    with Repo(str(remote)) as repo:
+        return repo.refs[Ref(f"refs/heads/{BASE_BRANCH}".encode())]
+
+
+def stored_deltas(path: Path) -> set[ObjectID]:
+    """The objects the packs of the repository at `path` store as deltas."""
+    with Repo(str(path)) as repo:
+        return {
+            sha_to_hex(RawObjectID(unpacked.sha()))
+            for pack in repo.object_store.packs
+            for unpacked in pack.iter_unpacked()
+            if unpacked.pack_type_num in DELTA_TYPES
+        }
 
 
 def test_a_redelivery_on_a_cold_cache_finds_its_commit_below_the_tips(remote: Path, make_store: StoreFactory) -> None:

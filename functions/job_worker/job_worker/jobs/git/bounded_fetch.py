@@ -17,7 +17,7 @@ from typing import IO, Any
 
 from dulwich.client import LocalGitClient
 from dulwich.object_store import DiskObjectStore, MissingObjectFinder
-from dulwich.objects import ObjectID, ShaFile
+from dulwich.objects import ObjectID, RawObjectID, ShaFile, hex_to_sha, sha_to_hex
 from dulwich.pack import DELTA_TYPES, OFS_DELTA, REF_DELTA, UnpackedObject, read_pack_header_at
 from dulwich.repo import Repo
 
@@ -192,10 +192,45 @@ class _SizeCheckedObjects:
         self._check(sha)
         return self._store.get_raw(sha)
 
-    def iter_unpacked_subset(self, shas: Set[ObjectID], *args: Any, **kwargs: Any) -> Iterator[UnpackedObject]:
+    def iter_unpacked_subset(self, shas: Set[ObjectID], **_: Any) -> Iterator[UnpackedObject]:
+        """The deltas a fetch of `shas` can send as they are stored (dulwich's `find_reusable_deltas` asks for them):
+        each object of `shas` stored in a pack as a delta whose base is in `shas` too, as a REF_DELTA. The other
+        objects are sent whole. Each is looked up in the packs' indexes and read alone: dulwich's own reads every
+        object of every pack to find them, which costs what the remote's whole history costs (time and memory),
+        however few objects the fetch sends."""
         for sha in shas:
             self._check(sha)
-        return self._store.iter_unpacked_subset(shas, *args, **kwargs)
+        return self._stored_deltas(frozenset(shas))
+
+    def _stored_deltas(self, shas: Set[ObjectID]) -> Iterator[UnpackedObject]:
+        left = set(shas)
+        for pack in self._store.packs:
+            here: dict[int, ObjectID] = {}  # offset in this pack -> object
+            for sha in left:
+                try:
+                    here[pack.index.object_offset(sha)] = sha
+                except KeyError:
+                    continue
+            left.difference_update(here.values())
+            for offset in sorted(here):
+                stored = pack.data.get_unpacked_object_at(offset)
+                if stored.pack_type_num == OFS_DELTA:
+                    assert isinstance(stored.delta_base, int)
+                    base = here.get(offset - stored.delta_base)
+                elif stored.pack_type_num == REF_DELTA:
+                    assert isinstance(stored.delta_base, bytes)
+                    base = sha_to_hex(RawObjectID(stored.delta_base))
+                    base = base if base in shas else None
+                else:
+                    continue
+                if base is not None:
+                    yield UnpackedObject(
+                        REF_DELTA,
+                        delta_base=hex_to_sha(base),
+                        decomp_len=stored.decomp_len,
+                        sha=hex_to_sha(here[offset]),
+                        decomp_chunks=stored.decomp_chunks,
+                    )
 
     def iterobjects_subset(self, shas: Sequence[ObjectID] | Set[ObjectID], *args: Any, **kwargs: Any) -> Any:
         for sha in shas:
