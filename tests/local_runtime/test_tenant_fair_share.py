@@ -31,6 +31,8 @@ BATCH_SIZE = 5  # the template's WorkerBatchSize
 # that four deferrals of a retry's backoff (2 s, doubling) would hold a record back for, while the backlog's third wave
 # still waits.
 LATE_PROBE_SECONDS = 25.0
+# What a latency of a tenth of a second may vary by on a busy 2-core machine, far below a starved job's wait.
+JITTER_SECONDS = 1.0
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -115,8 +117,9 @@ def test_a_small_tenants_job_is_not_starved_by_a_noisy_tenants_backlog(tmp_path:
         f" {late:.2f} s late in the backlog; at most {most_running_at_once(running_log)} noisy jobs at once against"
         f" a share of {SHARE * BATCH_SIZE} ({SHARE} invocations x BatchSize {BATCH_SIZE})"
     )
-    # Then the small job ran within twice its idle latency
-    assert loaded <= 2 * unloaded, (loaded, unloaded)
+    # Then the small job ran within twice its idle latency, give or take a second of a shared machine's jitter (its idle
+    # latency is a tenth of one); starved, it would wait for a slot of a SLOW_SECONDS suite
+    assert loaded <= 2 * unloaded + JITTER_SECONDS, (loaded, unloaded)
     # and every job of the backlog ran once (a deferral is no attempt), each workspace's in order
     assert all(len(done[job_id]) == 1 for job_id in noisy_ids)
     assert {job_id: (job["status"], job["attempt"]) for job_id, job in jobs.items()} == dict.fromkeys(
