@@ -6,7 +6,9 @@ nothing lands behind a DEAD job); no poison message recorded REJECTED ahead of i
 job took effect once or, when its patch could never apply, is SKIPPED with its reason; every poison message is on
 record; and all of it settled within the bound once faults stopped (liveness). At each record deferred over its
 tenant's share: nothing was written to its job (no claim, attempt, failure or history entry), and the batch's answer
-hands it back with every record behind it in its group (the group's order).
+hands it back with every record behind it in its group (the group's order). At each lookup of a job's commit on a
+worker's git cache: it answers (the commit, or none) or asks for a retry, and never fails on a gap in the cache's
+history.
 """
 
 from __future__ import annotations
@@ -173,6 +175,11 @@ class Oracle:
                     f"{after} took effect on {workspace_id} after {before}, but was answered with an earlier place "
                     f"({later} < {place})"
                 )
+
+    def broken_lookup(self, workspace_id: str, job_id: str, error: Exception) -> None:
+        """A lookup of a job's commit answers it, answers none, or asks for a retry (the branch was rewritten): an
+        error of its own is a cache whose history has a gap, where every job of the workspace would fail alike."""
+        self.fail(f"the lookup of {job_id} on {workspace_id} failed: {error!r}")
 
     # ---- at each run of a job and each write of its record ---------------------------------------------------------
 
