@@ -1,6 +1,6 @@
 """The simulated remote's fetches into a worker's cache, read by the product's own trailer lookup (`FetchedBranch`): a
 cold cache holds the tips alone, a lookup deepens it to find a job's commit below them, a warm cache's fetch brings
-every new commit, and a lost cache is cold again."""
+every new commit, and a fetch that brings only the tips leaves a gap the lookup refuses to read past."""
 
 from __future__ import annotations
 
@@ -8,11 +8,14 @@ from pathlib import Path
 from typing import cast
 
 import pytest
+from dulwich.errors import MissingCommitError
 from dulwich.objects import ObjectID
 from dulwich.refs import Ref
 from dulwich.repo import Repo
 
+from agent_jobs_sim import git_history
 from agent_jobs_sim.git_history import GitCache, RemoteHistory, fetch, git_commit
+from agent_jobs_sim.planted import PLANTS
 from job_worker.jobs.git.branch import FetchedBranch
 from job_worker.jobs.git.trailer_index import INDEX_FILE
 
@@ -85,6 +88,20 @@ def test_a_warm_cache_fetches_every_new_commit_and_its_index_finds_them(remote, 
     # rest, and the base's tip is the only shallow commit still.
     assert depths == []
     assert cache.shallow == {remote.refs[BASE]}
+
+
+def test_a_fetch_of_the_tips_alone_leaves_a_gap_the_lookup_refuses_to_read_past(remote, tmp_path: Path):
+    job(remote, "job-1")
+    cache = GitCache(str(tmp_path / "cache"))
+    depths: list[int] = []
+    lookup(remote, cache, depths).job_commit("job-1")
+    job(remote, "job-2")
+    push(remote, BRANCH, "format\n")
+    with PLANTS["tips-only-fetch"].patch():
+        branch = lookup(remote, cache, depths)
+    assert git_history.new_history.__name__ == "new_history"  # put back after the run
+    with pytest.raises(MissingCommitError):
+        branch.job_commit("job-2")
 
 
 def test_a_lost_cache_is_cold_again_without_its_index(remote, tmp_path: Path):

@@ -29,6 +29,9 @@ FINDABLE = [
     "no-predecessor-check",
     "deferral-as-failure",
     "resend-moves-place",
+    "shallow-as-absent",
+    "tips-only-fetch",
+    "partial-index",
 ]
 
 
