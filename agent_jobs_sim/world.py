@@ -19,6 +19,7 @@ from typing import Any
 from aws_lambda_powertools import Logger, Metrics, Tracer
 
 from agent_jobs.guard import JobGuard, Lease
+from agent_jobs.keys import job_key
 from agent_jobs.payloads import PayloadStore
 from agent_jobs.registration import WorkspaceRegistration
 from agent_jobs.services import Services
@@ -141,12 +142,18 @@ class SimBatchWorker(BatchWorker):
             world.oracle.share_decided(actor, deferred=deferred)
 
     def _claim_and_run(self, record: Any, message: Any, context: Any) -> None:
+        world = self.world
+        assert world is not None
+        assert world.scheduler.current is not None
+        process, pk = world.scheduler.current.process, job_key(str(message.tenant_id), message.job_id)
+        world.oracle.claim_began(process, pk)
         try:
             super()._claim_and_run(record, message, context)
         except Exception:
-            assert self.world is not None
-            self.world.oracle.after_failed_claim(str(message.tenant_id), message.job_id, self.world.scheduler.now)
+            world.oracle.after_failed_claim(str(message.tenant_id), message.job_id, world.scheduler.now)
             raise
+        finally:
+            world.oracle.claim_ended(process, pk)
 
     def _run_leased(self, lease: Lease, message: Any, context: Any, **kwargs: Any) -> bool:
         world = self.world
