@@ -64,6 +64,20 @@ class FaultPlan:
     # The share of failed submissions after which the agent moves on to its next job, and submits the failed one
     # again later (soon, within the queue's deduplication window; late, after it) or never.
     careless: float = 0.0
+    # Other writers of the git remote (a bot answering pushes with commits of its own, people merging into the base
+    # branch): the share of job commits another writer answers, a few seconds later, with commits of its own. A job
+    # retried after its commit then finds other commits above its own.
+    other_writers: float = 0.0
+    # The share of job runs that find their worker's git cache of the workspace lost (evicted over the worker's cache
+    # budget, or a new execution environment's empty /tmp): the job fetches the tips alone, shallow, as a cold cache
+    # does.
+    cache_loss: float = 0.0
+    # The share of job commits whose push takes effect and loses its answer (a flaky network), beside `lost_answer`.
+    lost_push: float = 0.0
+    # Whether a fetch that deepens a shallow cache within a use is a yield point of its own, which may fail: the branch
+    # may move between a use's first fetch and its deepening. Off, a use of the cache is one step, as the simulation
+    # ran it before the caches (the seeds without the git faults keep their schedules).
+    interleaved_deepening: bool = False
     quiet_after: float = float("inf")
 
     @classmethod
@@ -117,6 +131,16 @@ class FaultPlan:
         self.unconfirmed_send = rng.choice((0.05, 0.1, 0.2))
         self.careless = rng.choice((0.5, 1.0))
 
+    def draw_git_faults(self, rng: random.Random) -> None:
+        """In one seed of two, other writers push to the remote, caches are lost, pushes lose their answers, and a
+        cache's deepening is a step of its own."""
+        if rng.random() >= 0.5:
+            return
+        self.other_writers = rng.choice((0.2, 0.5, 1.0))
+        self.cache_loss = rng.choice((0.2, 0.4, 0.7))
+        self.lost_push = rng.choice((0.05, 0.1, 0.2))
+        self.interleaved_deepening = True
+
     def draw_failing_deployment(self, rng: random.Random, *, start: float, dead_letter_seconds: float) -> None:
         """In one seed of ten, a failing deployment from a moment in the first ten minutes, for a little longer than the
         queue takes to dead-letter a message (maxReceiveCount visibility timeouts). Faults go on until it ends."""
@@ -138,6 +162,7 @@ class FaultLog:
         *,
         incident_rng: random.Random | None = None,
         careless_rng: random.Random | None = None,
+        git_rng: random.Random | None = None,
     ) -> None:
         self.plan = plan
         self.rng = rng
@@ -149,6 +174,8 @@ class FaultLog:
         self.mortal: Callable[[Actor], bool] = lambda actor: False
         # The careless agents' faults and choices draw from their own stream: a seed without them draws as before.
         self.careless_rng = careless_rng or random.Random(0)
+        # So do the git remote's (other writers, lost caches, lost pushes, failed deepening).
+        self.git_rng = git_rng or random.Random(0)
 
     @property
     def active(self) -> bool:
@@ -156,6 +183,13 @@ class FaultLog:
 
     def happens(self, kind: str, probability: float) -> bool:
         if probability <= 0.0 or not self.active or self.rng.random() >= probability:
+            return False
+        self.counts[kind] += 1
+        return True
+
+    def git_happens(self, kind: str, probability: float) -> bool:
+        """`happens`, drawn from the git remote's own stream."""
+        if probability <= 0.0 or not self.active or self.git_rng.random() >= probability:
             return False
         self.counts[kind] += 1
         return True
@@ -322,5 +356,21 @@ class RemoteCallFaults(RemoteFaults):
             raise RemoteUnavailableError(f"simulated: the remote failed {name}")
 
     def after(self, name: str) -> None:
-        if name == "commit" and self._faults.happens("remote_lost_answer", self._faults.plan.lost_answer):
+        if name != "commit":
+            return
+        faults = self._faults
+        if faults.happens("remote_lost_answer", faults.plan.lost_answer) or faults.git_happens(
+            "lost_push", faults.plan.lost_push
+        ):
             raise RemoteUnavailableError("simulated: the push took effect, its answer was lost")
+
+    def deepen(self) -> None:
+        faults = self._faults
+        if not faults.plan.interleaved_deepening:
+            return
+        faults.scheduler.pause()
+        if faults.git_happens("deepen_error", faults.plan.server_error):
+            raise RemoteUnavailableError("simulated: the remote failed a deepening fetch")
+
+    def cache_lost(self) -> bool:
+        return self._faults.git_happens("cache_lost", self._faults.plan.cache_loss)

@@ -6,7 +6,9 @@ nothing lands behind a DEAD job); no poison message recorded REJECTED ahead of i
 job took effect once or, when its patch could never apply, is SKIPPED with its reason; every poison message is on
 record; and all of it settled within the bound once faults stopped (liveness). At each record deferred over its
 tenant's share: nothing was written to its job (no claim, attempt, failure or history entry), and the batch's answer
-hands it back with every record behind it in its group (the group's order).
+hands it back with every record behind it in its group (the group's order). At each lookup of a job's commit on a
+worker's git cache: it answers (the commit, or none) or asks for a retry, and never fails on a gap in the cache's
+history.
 """
 
 from __future__ import annotations
@@ -70,6 +72,10 @@ class Oracle:
     # Each lease taken: its owner → the clock of the process that took it, read as it took it (None: not a process of
     # the world's, e.g. a set-up write).
     takeovers: dict[str, float | None] = field(default_factory=dict)
+    # Each lease a process of the world took: its owner → that process; and the claims each process has under way
+    # (claimed, or about to be: the job's key), until its claim-and-run returns.
+    lease_takers: dict[str, Process] = field(default_factory=dict)
+    claiming: dict[Process, list[str]] = field(default_factory=dict)
     moves: frozenset[tuple[str | None, str]] = field(default_factory=allowed_job_moves)
     # The share decisions under way: the actor deciding → the job's key and its record's (attempt, failures, history
     # length) as the decision began; and the actors that wrote that job's record meanwhile.
@@ -174,6 +180,11 @@ class Oracle:
                     f"({later} < {place})"
                 )
 
+    def broken_lookup(self, workspace_id: str, job_id: str, error: Exception) -> None:
+        """A lookup of a job's commit answers it, answers none, or asks for a retry (the branch was rewritten): an
+        error of its own is a cache whose history has a gap, where every job of the workspace would fail alike."""
+        self.fail(f"the lookup of {job_id} on {workspace_id} failed: {error!r}")
+
     # ---- at each run of a job and each write of its record ---------------------------------------------------------
 
     def run_started(self, lease: Lease, process: Process, now: float) -> None:
@@ -198,6 +209,8 @@ class Oracle:
     def lease_taken(self, pk: str, owner: str, actor: Any, now: float) -> None:
         """A write gave the job `pk` a new lease owner: remember the clock of the process that wrote it."""
         self.takeovers[owner] = None if actor is None else now + actor.process.skew
+        if actor is not None:
+            self.lease_takers[owner] = actor.process
 
     def _taken_after_expiry(self, record: dict[str, Any], lease: Lease) -> bool:
         """The job's lease is another's now, taken over by a process whose own clock read past `lease`'s expiry: a
@@ -220,8 +233,24 @@ class Oracle:
         """A write made as the holder of a lease changed a job whose lease is another's now: no fencing."""
         self.fail(f"{pk[4:]} was written by a worker whose lease was taken over ({owner[:8]}, now {str(holder)[:8]})")
 
+    def claim_began(self, process: Process, pk: str) -> None:
+        self.claiming.setdefault(process, []).append(pk)
+
+    def claim_ended(self, process: Process, pk: str) -> None:
+        under_way = self.claiming.get(process, [])
+        if pk in under_way:
+            under_way.remove(pk)
+
     def on_kill(self, process: Process) -> None:
+        """The jobs the process was running die with it, and so do those it had claimed and not run yet (a timeout
+        between a claim and its run): to the product each is a claim that never came back, alone or not."""
         lost = [job_id for job_id, runs in self.runs.items() if any(p is process for p, _ in runs)]
+        for pk in self.claiming.pop(process, []):
+            record = self.record(pk) or {}
+            job_id = pk.split("#", 2)[2]
+            taker = self.lease_takers.get(str(record.get("leaseOwner")))
+            if record.get("status") == "IN_FLIGHT" and taker is process and job_id not in lost:
+                lost.append(job_id)
         for job_id in lost:
             self.lost_runs[job_id] += 1
             if len(lost) == 1:

@@ -278,6 +278,70 @@ def _deferral_as_failed_attempt() -> contextlib.AbstractContextManager[None]:
     return swapped(worker_batch.BatchWorker, "_defer_over_share", failing)
 
 
+def _held_job_commits(store: Any, head: Any, base: Any, shallow: Any) -> list[tuple[Any, str]]:
+    """The job commits a shallow cache holds from `head` down, as `git log` lists them in a shallow clone: through the
+    first shallow commit, and no further."""
+    from job_worker.jobs.git.commits import job_id_of
+
+    jobs = []
+    sha = head
+    while sha is not None and sha != base and sha in store:
+        commit = store[sha]
+        job_id = job_id_of(commit.message)
+        if job_id is not None:
+            jobs.append((commit.id, job_id))
+        if sha in shallow:
+            break
+        sha = commit.parents[0] if commit.parents else None
+    return jobs
+
+
+def _shallow_as_absent() -> contextlib.AbstractContextManager[None]:
+    """(m) A lookup on a shallow cache answers from the history the cache holds, as `git log` does in a shallow
+    clone: a job whose commit lies below the shallow tips is absent, and runs again."""
+    from job_worker.jobs.git import branch
+    from job_worker.jobs.git.trailer_index import ShallowHistoryError
+
+    lookup = getattr(branch, "indexed_job_commits")  # noqa: B009 - the name FetchedBranch calls, swapped below
+
+    def as_held(store: Any, cache: Any, ref: Any, head: Any, base: Any, **kwargs: Any) -> Any:
+        try:
+            return lookup(store, cache, ref, head, base, **kwargs)
+        except ShallowHistoryError:
+            return _held_job_commits(store, head, base, kwargs.get("shallow", frozenset()))
+
+    return swapped(branch, "indexed_job_commits", as_held)
+
+
+def _index_as_far_as_walked() -> contextlib.AbstractContextManager[None]:
+    """(o) A walk cut short at the shallow boundary still indexes what it walked (as a `finally` would), at the
+    branch's head: the walk after deepening, and every later one, trusts that index and misses what lies below."""
+    from job_worker.jobs.git import branch, trailer_index
+
+    lookup = getattr(branch, "indexed_job_commits")  # noqa: B009 - the name FetchedBranch calls, swapped below
+
+    def indexing(store: Any, cache: Any, ref: Any, head: Any, base: Any, **kwargs: Any) -> Any:
+        try:
+            return lookup(store, cache, ref, head, base, **kwargs)
+        except trailer_index.ShallowHistoryError:
+            walked = _held_job_commits(store, head, base, kwargs.get("shallow", frozenset()))
+            trailer_index._write(cache / trailer_index.INDEX_FILE, ref, base, head, walked)
+            raise
+
+    return swapped(branch, "indexed_job_commits", indexing)
+
+
+def _fetch_only_the_tips() -> contextlib.AbstractContextManager[None]:
+    """(n) A warm cache's fetch brings only the new tips, without the commits between them and what the cache holds,
+    and records no shallow boundary for them (the simulation's model of the worker's fetch, swapped)."""
+    from agent_jobs_sim import git_history
+
+    def tips_only(remote: Any, cache: Any, tips: Any) -> list[Any]:
+        return [remote.objects[sha] for sha in tips if not cache.holds(sha)]
+
+    return swapped(git_history, "new_history", tips_only)
+
+
 PLANTS: dict[str, Plant] = {
     "naive-claim": Plant(
         "(a) claim condition `attribute_not_exists(pk) OR status <> SUCCEEDED`", rewrite=_naive_claim_condition
@@ -312,5 +376,16 @@ PLANTS: dict[str, Plant] = {
     "resend-moves-place": Plant(
         "(l) the record of a send's answer moves the job's place to the latest send's SequenceNumber",
         rewrite=_resend_moves_place,
+    ),
+    "shallow-as-absent": Plant(
+        "(m) a lookup on a shallow cache answers from the commits it holds instead of deepening",
+        patch=_shallow_as_absent,
+    ),
+    "tips-only-fetch": Plant(
+        "(n) a warm cache's fetch brings only the new tips, not the commits below them", patch=_fetch_only_the_tips
+    ),
+    "partial-index": Plant(
+        "(o) a walk cut short at the shallow boundary writes the trailer index of what it walked",
+        patch=_index_as_far_as_walked,
     ),
 }

@@ -5,15 +5,19 @@ from __future__ import annotations
 import argparse
 import collections
 import multiprocessing
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from agent_jobs_sim.planted import PLANTS
+from agent_jobs_sim import world
+from agent_jobs_sim.planted import PLANTS, swapped
 from agent_jobs_sim.world import SimConfig, SimResult, simulate
 
 # Seeds a worker process takes at a time: few enough that --stop-at-first stops soon.
 CHUNK = 8
+# What the workers' git caches did (`agent_jobs_sim.remote`), summed over the seeds.
+GIT_COUNTS = ("cold_fetches", "deepened", "found_after_deepening")
 
 
 @dataclass
@@ -29,6 +33,9 @@ class Report:
     # Seeds whose agents put a failed job off or gave it up, and what became of those jobs' answers and messages.
     careless_seeds: int = 0
     careless: collections.Counter[str] = field(default_factory=collections.Counter)
+    # Seeds with the git remote's faults (other writers, lost caches), and what the caches did in all seeds.
+    git_seeds: int = 0
+    git: collections.Counter[str] = field(default_factory=collections.Counter)
     failures: list[SimResult] = field(default_factory=list)
 
     @property
@@ -48,6 +55,9 @@ class Report:
             self.careless.update(careless)
             self.careless.update({"seeds_out_of_order": 1} if result.counts.get("answered_out_of_order") else {})
             self.careless.update({"seeds_dead_lettered": 1} if careless.get("careless_dead_lettered") else {})
+        if "cache_lost" in result.faults or "other_writers" in result.faults:
+            self.git_seeds += 1
+        self.git.update({kind: result.counts[kind] for kind in GIT_COUNTS if kind in result.counts})
         if not result.passed:
             self.failures.append(result)
 
@@ -76,7 +86,13 @@ def results(first: int, count: int, config: SimConfig, processes: int) -> Iterat
     if processes <= 1:
         yield from map(_one, jobs)
         return
-    with multiprocessing.get_context("fork").Pool(processes) as pool:
+    # The worker processes keep their worlds' git caches in one folder of this process's: one ended early (a run that
+    # stops at its first failing seed) cannot remove its own.
+    with (
+        tempfile.TemporaryDirectory(prefix="agent-jobs-sim-", dir=world.CACHE_DIR) as folder,
+        swapped(world, "CACHE_DIR", folder),
+        multiprocessing.get_context("fork").Pool(processes) as pool,
+    ):
         yield from pool.imap_unordered(_one, jobs, chunksize=CHUNK)
 
 
@@ -110,6 +126,11 @@ def print_report(report: Report, config: SimConfig) -> None:
         f"deduplication window and {careless['careless_late']} after it, {careless['careless_never']} given up; "
         f"answers out of submission order in {careless['seeds_out_of_order']} seeds, a put-off job's message "
         f"dead-lettered in {careless['seeds_dead_lettered']}"
+    )
+    git = report.git
+    print(
+        f"git caches: {git['cold_fetches']} cold fetches, {git['deepened']} deepenings, {git['found_after_deepening']} "
+        f"job commits found below the tips after deepening; other writers or lost caches in {report.git_seeds} seeds"
     )
     if not report.failures:
         print("every seed passed")

@@ -6,15 +6,20 @@ from __future__ import annotations
 import collections
 import contextlib
 import functools
+import os
 import random
 import secrets
+import shutil
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
 
 from agent_jobs.guard import JobGuard, Lease
+from agent_jobs.keys import job_key
 from agent_jobs.payloads import PayloadStore
 from agent_jobs.registration import WorkspaceRegistration
 from agent_jobs.services import Services
@@ -26,7 +31,7 @@ from agent_jobs_sim.dynamodb import SimDynamoDB
 from agent_jobs_sim.faults import FaultLog, FaultPlan, FaultyClient, RemoteCallFaults
 from agent_jobs_sim.oracle import Oracle, Violation
 from agent_jobs_sim.planted import PLANTS, swapped
-from agent_jobs_sim.remote import RefStore, SimWorkspaceStore
+from agent_jobs_sim.remote import BASE, RefStore, SimWorkspaceStore, branch_ref
 from agent_jobs_sim.scheduler import Process, Scheduler, SimulationError
 from agent_jobs_sim.sqs import SimSQS
 from agent_jobs_sim.threads import SimExecutor, SimLock
@@ -46,6 +51,9 @@ _SENDS = frozenset(
     {"send_message", "send_message_batch", "change_message_visibility", "change_message_visibility_batch"}
 )
 REMOTE_URL = "https://git.example.com/agents/repository.git"
+
+# A folder in memory for the git caches where the system has one: the trailer index is a file of each cache.
+CACHE_DIR = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
 
 _LOGGER = Logger(service="agent-jobs-sim", level="CRITICAL")
 _TRACER = Tracer(disabled=True)
@@ -91,6 +99,7 @@ class Rngs:
         self.visibility = random.Random(root.getrandbits(64))
         self.configuration = random.Random(root.getrandbits(64))
         self.careless = random.Random(root.getrandbits(64))
+        self.git = random.Random(root.getrandbits(64))
 
 
 class SimBatchWorker(BatchWorker):
@@ -133,12 +142,18 @@ class SimBatchWorker(BatchWorker):
             world.oracle.share_decided(actor, deferred=deferred)
 
     def _claim_and_run(self, record: Any, message: Any, context: Any) -> None:
+        world = self.world
+        assert world is not None
+        assert world.scheduler.current is not None
+        process, pk = world.scheduler.current.process, job_key(str(message.tenant_id), message.job_id)
+        world.oracle.claim_began(process, pk)
         try:
             super()._claim_and_run(record, message, context)
         except Exception:
-            assert self.world is not None
-            self.world.oracle.after_failed_claim(str(message.tenant_id), message.job_id, self.world.scheduler.now)
+            world.oracle.after_failed_claim(str(message.tenant_id), message.job_id, world.scheduler.now)
             raise
+        finally:
+            world.oracle.claim_ended(process, pk)
 
     def _run_leased(self, lease: Lease, message: Any, context: Any, **kwargs: Any) -> bool:
         world = self.world
@@ -190,14 +205,22 @@ class World:
     # dead-lettered (the combination the world must reach in some seeds).
     put_off_jobs: set[str] = field(default_factory=set)
     dead_lettered_put_off: set[str] = field(default_factory=set)
+    # Where the environments' git caches live (each its own folder, as each has its own /tmp); removed with the world.
+    cache_root: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="agent-jobs-sim-", dir=CACHE_DIR)))
+    # The other writers of the git remote (`after_job_commit`): never killed.
+    other_writers: Process = field(default_factory=lambda: Process("other-writers"))
     _environment_count: int = 0
+    _other_pushes: int = 0
 
     def new_environment(self) -> actors.Environment:
         self._environment_count += 1
         worker = SimBatchWorker(
             services=self.services,
             workspaces=SimWorkspaceStore(
-                self.refs, {plan.workspace_id: plan.tenant_id for plan in self.workload.workspaces}
+                self.refs,
+                {plan.workspace_id: plan.tenant_id for plan in self.workload.workspaces},
+                cache_root=self.cache_root / f"env-{self._environment_count}",
+                clock=self.scheduler.local_clock,
             ),
             logger=_LOGGER,
             metrics=Metrics(namespace="AgentJobsSim"),
@@ -212,6 +235,23 @@ class World:
 
     def accepted(self, *, created: bool) -> None:
         self.counts["accepted" if created else "repeats_answered"] += 1
+
+    def after_job_commit(self, workspace_id: str) -> None:
+        """Another writer may answer a job's push a few seconds later with commits of its own: on the branch (a bot),
+        or on the base (someone merging into it)."""
+        faults = self.faults
+        if not faults.git_happens("other_writers", faults.plan.other_writers):
+            return
+        rng = faults.git_rng
+        ref = BASE if rng.random() < 0.25 else branch_ref(workspace_id)
+        count = rng.choice((1, 1, 2, 3, 9))
+        self._other_pushes += 1
+        self.scheduler.spawn(
+            f"other-writer-{self._other_pushes}",
+            lambda: self.refs.push_others(ref, count, self.scheduler.now),
+            self.other_writers,
+            delay=rng.uniform(0.5, 30.0),
+        )
 
     def wake_pollers(self) -> None:
         """A message may be deliverable now: one idle poller's long poll answers (the first by name)."""
@@ -285,7 +325,10 @@ def build_world(seed: int, config: SimConfig) -> World:
         plan.draw_clock_faults(rngs.clocks)
         plan.draw_short_visibility(rngs.configuration, timeout_seconds=plan_of.timeout_seconds)
         plan.draw_careless_agents(rngs.careless)
-    faults = FaultLog(plan, rngs.faults, scheduler, incident_rng=rngs.visibility, careless_rng=rngs.careless)
+        plan.draw_git_faults(rngs.git)
+    faults = FaultLog(
+        plan, rngs.faults, scheduler, incident_rng=rngs.visibility, careless_rng=rngs.careless, git_rng=rngs.git
+    )
     sqs = SimSQS(scheduler.clock, rngs.sqs)
     # botocore checks each request against its model, as a real client does; the differential tests keep that on.
     dynamodb = SimDynamoDB(scheduler.clock, index_lag=faults.index_lag, check_parameters=False)
@@ -323,7 +366,8 @@ def build_world(seed: int, config: SimConfig) -> World:
         on_place_write=oracle.on_place_write,
     )
     product_dynamodb: Any = FaultyClient(watched, "dynamodb", faults, calls=calls)
-    woken: list[World] = []  # the world, once built: a send wakes its idle pollers (a long poll answers at once)
+    woken: list[World] = []  # the world, once built: a send wakes its idle pollers (a long poll answers at once), a
+    # job's commit may draw other writers' commits
     product_sqs: Any = FaultyClient(
         sqs,
         "sqs",
@@ -357,7 +401,20 @@ def build_world(seed: int, config: SimConfig) -> World:
             else None
         ),
     )
-    refs = RefStore(RemoteCallFaults(faults), on_commit=oracle.on_commit, refuses=workload.is_bad)
+    counts: collections.Counter[str] = collections.Counter()
+
+    def on_commit(workspace_id: str, job_id: str) -> None:
+        oracle.on_commit(workspace_id, job_id)
+        woken[0].after_job_commit(workspace_id)
+
+    refs = RefStore(
+        RemoteCallFaults(faults),
+        on_commit=on_commit,
+        refuses=workload.is_bad,
+        on_broken_lookup=oracle.broken_lookup,
+        counts=counts,
+        start=START,
+    )
     world = World(
         seed=seed,
         config=config,
@@ -374,6 +431,7 @@ def build_world(seed: int, config: SimConfig) -> World:
         queue_url=queue_url,
         dlq_url=dlq_url,
         calls=calls,
+        counts=counts,
     )
     woken.append(world)
     scheduler.timers += [sqs.next_timer, dynamodb.next_index_update]
@@ -466,6 +524,7 @@ def simulate(seed: int, config: SimConfig | None = None) -> SimResult:
             violation = str(cause) if isinstance(cause, Violation) else f"the world broke: {error}"
         finally:
             world.scheduler.close()
+            shutil.rmtree(world.cache_root, ignore_errors=True)
     if world.oracle.answered_out_of_order:
         world.counts["answered_out_of_order"] = world.oracle.answered_out_of_order
     trace = world.scheduler.trace

@@ -29,6 +29,9 @@ FINDABLE = [
     "no-predecessor-check",
     "deferral-as-failure",
     "resend-moves-place",
+    "shallow-as-absent",
+    "tips-only-fetch",
+    "partial-index",
 ]
 
 
@@ -55,6 +58,10 @@ def test_seeds_pass_with_faults_at_every_step():
         "careless_soon",
         "careless_late",
         "careless_never",
+        "other_writers",
+        "cache_lost",
+        "lost_push",
+        "deepen_error",
     }
     assert kinds <= set(report.faults)
     # Careless agents: a job put off after a failed submission is answered, on its retry, with a place before jobs
@@ -66,6 +73,10 @@ def test_seeds_pass_with_faults_at_every_step():
     # (their jobs untouched, their groups handed back in order, checked by the oracle) and every job still settles.
     print(f"deferred {report.deferred} records in {report.seeds_deferring} seeds")
     assert report.seeds_deferring > SEEDS // 2
+    # Jobs retried after their commit, with other writers' commits above it, on caches that held the tips alone: the
+    # product's lookup deepened them and found the job's commit below the tips.
+    print(f"git caches: {dict(report.git)} ({report.git_seeds} seeds with the remote's faults)")
+    assert report.git["found_after_deepening"] > 0
 
 
 def test_a_seed_replays_exactly_in_this_process():
