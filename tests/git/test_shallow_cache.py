@@ -224,7 +224,9 @@ def test_over_http_a_cold_cache_fetches_the_tips_and_a_redelivery_deepens(tmp_pa
             run(writer, f"job-{n}", append_line(n))
         before = object_count(cache_of(first))
         assert first.open("ws-1").head() == remote_ref(remote, BRANCH)
-        assert 11 * 3 <= object_count(cache_of(first)) - before <= 12 * 3  # git's server may send a tree again
+        # git's server may send a few objects again; never again all that the cache held (a shallow client's haves
+        # ignored, as dulwich's own local fetch does)
+        assert 11 * 3 <= object_count(cache_of(first)) - before < 11 * 3 + before
         # and a cold cache's redelivery of job 3 finds its commit below the tips
         head = remote_ref(remote, BRANCH)
         assert run(http_store(tmp_path, url, "cold"), "job-3", append_line(3))["alreadyApplied"] is True
