@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from agent_jobs_bench import cold_first_job
+from agent_jobs_bench.figures import Figure
 
 
 def test_cold_first_job_quick_run_reports_each_case_beside_the_shallow_clone(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -31,21 +32,13 @@ def test_cold_first_job_quick_run_reports_each_case_beside_the_shallow_clone(mon
         )
     assert sorted(figures) == sorted([*times, *memory, *ratios])
     for name in times:
-        assert figures[name].unit == "s"
-        assert figures[name].value > 0
-        baseline = figures[name].baseline
-        assert baseline is not None
-        assert baseline > 0
+        baseline = measured_beside_a_baseline(figures[name], "s")
         # the goal is the baseline's time, twice, plus a second
         goal = figures[name].goal
         assert goal is not None
         assert goal.value == pytest.approx(2 * baseline + 1, abs=0.02)
     for name in memory:
-        assert figures[name].unit == "MiB"
-        assert figures[name].value > 0
-        baseline = figures[name].baseline
-        assert baseline is not None
-        assert baseline > 0
+        measured_beside_a_baseline(figures[name], "MiB")
         assert figures[name].goal == cold_first_job.RSS_GOAL
     for name in ratios:
         assert figures[name].value > 0
@@ -66,3 +59,12 @@ def test_peak_memory_is_the_commands_own_not_the_process_that_started_it(tmp_pat
     )
     assert floor < 32 * 1024 * 1024 < len(ballast)
     assert floor + 35 * 1024 * 1024 < used < floor + 64 * 1024 * 1024
+
+
+def measured_beside_a_baseline(figure: Figure, unit: str) -> float:
+    """Check that `figure` is a positive value in `unit` beside a positive baseline; returns the baseline."""
+    assert figure.unit == unit
+    assert figure.value > 0
+    assert figure.baseline is not None
+    assert figure.baseline > 0
+    return figure.baseline
