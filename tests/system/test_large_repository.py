@@ -5,23 +5,19 @@ not applied twice) and the next one once."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 from agent_jobs.settings import DEFAULT_MAX_FETCH_BYTES
-from agent_jobs_local.auth import mint_token
 from agent_jobs_local.demo import remote_branches
 from agent_jobs_local.runtime import LocalRuntime
 from agent_jobs_local.workload import register_workspaces, remote_path
 from tests.conftest import make_job
+from tests.system.test_resume import TENANT, call
 
-TENANT = "tenant-1"
 WORKSPACE = "big"
 HISTORY_FILES = 50
 FILE_BYTES = 100 * 1024
@@ -45,18 +41,6 @@ def large_history_remote(path: Path, commits: int) -> None:
             stream += b"M 100644 inline README.md\ndata %d\n%s\n" % (len(readme), readme)
         stream += b"M 100644 :%d history/%d.bin\n\n" % (n + 1, n % HISTORY_FILES)
     subprocess.run(["git", "-C", str(path), "fast-import", "--quiet"], input=bytes(stream), check=True)
-
-
-def call(method: str, url: str, body: dict[str, Any] | None = None) -> tuple[int, Any]:
-    data = json.dumps(body).encode() if body is not None else None
-    token = mint_token(TENANT, ttl_seconds=3600)
-    headers = {"content-type": "application/json", "authorization": f"Bearer {token}"}
-    request = urllib.request.Request(url, data=data, method=method, headers=headers)
-    try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as error:
-        return error.code, json.loads(error.read() or b"{}")
 
 
 def run_jobs(runtime: LocalRuntime, remote: Path, job_ids: list[str]) -> dict[str, Any]:
