@@ -153,10 +153,10 @@ sim: $(STAMP) ## the deterministic simulation: SEEDS seeds with faults at every 
 bench: $(STAMP) ## benchmarks against the naive pattern measured in the same run; rewrites BENCHMARKS.md
 	$(BIN)/python -m agent_jobs_bench --output BENCHMARKS.md
 
-# The README's `sam local` commands, run for real (tests/sam_local): Docker (installed and started as root when
-# missing), the Lambda Python base image (built by tools/build_lambda_image.sh when it cannot be pulled), a build for
-# this machine, the local stack, every `sam local invoke` on the events/ files and `sam local start-api`.
-sam-local: sandbox-tools $(STAMP) ## run the README's sam local commands for real and check their answers (needs Docker)
+# The `sam local` commands of docs/sam-local.md, run for real (tests/sam_local): Docker (installed and started as
+# root when missing), the Lambda Python base image (built by tools/build_lambda_image.sh when it cannot be pulled), a
+# build for this machine, the local stack, every `sam local invoke` on the events/ files and `sam local start-api`.
+sam-local: sandbox-tools $(STAMP) ## run the sam local commands of docs/sam-local.md for real and check their answers (needs Docker)
 	$(BIN)/python -m pytest tests/sam_local -m sam_local -s -q
 
 deploy: build ## sam deploy with samconfig.toml defaults

@@ -28,6 +28,7 @@ written as is; a response without statusCode is API Gateway's inferred format (2
 runs past the function's Timeout or answers something unusable gives 500 `{"message":"Internal Server Error"}`; a
 request no route matches gives 404 `{"message":"Not Found"}`; a body above HTTP API's 10 MB payload quota gives 413
 `{"message":"Request Entity Too Large"}` without invoking the handler.
+A client that hangs up before its answer is written is logged in one line (a warning), not as a traceback.
 
 HTTP connections are served concurrently. Given an `execution_environment.EnvironmentPool`, invocations run
 concurrently too, each in a warm environment process of its own, as Lambda scales a function out behind API Gateway
@@ -296,6 +297,22 @@ class LocalApiServer:
                     self.wfile.write(answer.body)
 
             do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_OPTIONS = do_HEAD = _handle
+
+            def handle(self) -> None:
+                """Serve the connection; a client that hung up before its answer was written (curl stopped with
+                Ctrl-C, a timed-out agent) is one line in the log, not socketserver's traceback: nothing went wrong
+                on this side, and the request's effect, if any, stands as it would behind API Gateway."""
+                try:
+                    super().handle()
+                except (BrokenPipeError, ConnectionResetError) as error:
+                    self.close_connection = True
+                    request = f"{getattr(self, 'command', '?')} {urlsplit(getattr(self, 'path', '?')).path}"
+                    logger.warning(
+                        "client %s hung up before the answer to %s was written (%s)",
+                        self.address_string(),
+                        request,
+                        error.strerror or type(error).__name__,
+                    )
 
             def log_message(self, format: str, *args: Any) -> None:
                 logger.debug("%s %s", self.address_string(), format % args)

@@ -17,6 +17,7 @@ import boto3
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from agent_jobs_local.fake_github import FakeGitHub
 from agent_jobs_local.poller import EventSourcePoller, InvocationRecord
@@ -226,15 +227,23 @@ def settled_jobs(items: list[dict[str, Any]]) -> int:
 
 
 def print_report(report: Report, console: Console) -> None:
+    """The report's lines, "ok" or "FAIL" beside each check only, then each halted workspace's reason whole (an
+    operator reads it to decide between retry and skip), then the verdict. Text the run produced (reasons, failures)
+    is printed as text, never read as rich markup."""
     table = Table(title="Agent Jobs: verification report", show_lines=False)
     table.add_column("check")
     table.add_column("figure", justify="right")
     table.add_column("", justify="center")
-    for what, figure, holds in report.rows():
-        table.add_row(what, figure, "[green]ok[/]" if holds else "[red]FAIL[/]")
+    for line in report.rows():
+        verdict = "" if line.holds is None else "[green]ok[/]" if line.holds else "[red]FAIL[/]"
+        table.add_row(Text(line.what), Text(line.figure), verdict)
     console.print(table)
+    for workspace, reason in sorted(report.halted.items()):
+        console.print(
+            Text.assemble(("halted ", "bold"), workspace, ": ", reason or "(no reason recorded)"), soft_wrap=True
+        )
     if report.ok:
         console.print("[bold green]every invariant held[/]: no double apply, no lost job, order kept, halt contained")
     else:
         for failure in report.failures:
-            console.print(f"[bold red]FAILED[/] {failure}")
+            console.print(Text.assemble(("FAILED ", "bold red"), failure), soft_wrap=True)

@@ -35,6 +35,7 @@ from agent_jobs_local.workload_remotes import create_remote, register_workspaces
 from agent_jobs_local.workload_verify import (
     PullRequestSeen,
     Report,
+    ReportLine,
     check_pull_requests,
     check_test_results,
     count_worker_metric,
@@ -58,6 +59,7 @@ __all__ = [
     "PlannedJob",
     "PullRequestSeen",
     "Report",
+    "ReportLine",
     "Submissions",
     "WorkloadConfig",
     "_send",

@@ -31,6 +31,17 @@ class PullRequestSeen:
     state: str = "open"
 
 
+@dataclass(frozen=True)
+class ReportLine:
+    """One line of the report. `holds` is the verdict of a check (True: it held; False: it broke and the run fails);
+    None for a figure that only describes the run (how many jobs, invocations, seconds), which verifies nothing and so
+    is neither "ok" nor "FAIL"."""
+
+    what: str
+    figure: str
+    holds: bool | None = None
+
+
 @dataclass
 class Report:
     accepted: int
@@ -104,65 +115,65 @@ class Report:
     def ok(self) -> bool:
         return not self.failures
 
-    def rows(self) -> list[tuple[str, str, bool]]:
-        """(what, figure, holds) for display."""
+    def rows(self) -> list[ReportLine]:
+        """The report's lines, in display order: the checks (each the figure of one of `failures`) and, between them,
+        figures that only describe the run."""
         return [
-            ("jobs accepted (202, unique jobIds)", str(self.accepted), self.accepted > 0),
-            ("workspaces", str(self.workspaces), True),
-            ("jobs applied (SUCCEEDED)", str(self.applied), True),
-            ("parked behind a halt / rejected / dead", f"{self.parked} / {self.rejected} / {self.dead}", True),
-            ("duplicates absorbed by the API (idempotent 202)", str(self.api_repeats_absorbed), True),
-            ("jobs accepted through POST /jobs:batch", str(self.batch_accepted), True),
-            ("duplicates absorbed by the worker (no effect)", str(self.worker_duplicates_absorbed), True),
-            (
-                "raw redeliveries sent / poison messages sent",
-                f"{self.raw_redeliveries_sent} / {self.poison_sent}",
-                True,
+            ReportLine("jobs accepted (202, unique jobIds)", str(self.accepted)),
+            ReportLine("workspaces", str(self.workspaces)),
+            ReportLine("jobs applied (SUCCEEDED)", str(self.applied)),
+            ReportLine("parked behind a halt / rejected / dead", f"{self.parked} / {self.rejected} / {self.dead}"),
+            ReportLine("duplicates absorbed by the API (idempotent 202)", str(self.api_repeats_absorbed)),
+            ReportLine("jobs accepted through POST /jobs:batch", str(self.batch_accepted)),
+            ReportLine("duplicates absorbed by the worker (no effect)", str(self.worker_duplicates_absorbed)),
+            ReportLine(
+                "raw redeliveries sent / poison messages sent", f"{self.raw_redeliveries_sent} / {self.poison_sent}"
             ),
-            *[(f"fault injected: {kind}", str(count), count > 0) for kind, count in self.faults_injected.items()],
-            (
-                "worker crashes survived / timeouts survived",
-                f"{self.invocation_crashes} / {self.invocation_timeouts}",
-                True,
+            ReportLine("submissions failed", str(len(self.submission_errors)), not self.submission_errors),
+            *[
+                ReportLine(f"fault injected: {kind}", str(count), count > 0)
+                for kind, count in self.faults_injected.items()
+            ],
+            ReportLine(
+                "worker crashes survived / timeouts survived", f"{self.invocation_crashes} / {self.invocation_timeouts}"
             ),
-            ("invocations / cold starts", f"{self.invocations} / {self.cold_starts}", True),
-            (
+            ReportLine("invocations / cold starts", f"{self.invocations} / {self.cold_starts}"),
+            ReportLine(
                 "enqueue p99, first / last fifth of the requests",
                 "-"
                 if self.enqueue_p99_ms is None
                 else f"{self.enqueue_p99_ms[0]:.0f} ms / {self.enqueue_p99_ms[1]:.0f} ms"
                 f" ({self.enqueue_p99_ms[1] / max(self.enqueue_p99_ms[0], 1e-9):.2f}x)",
-                True,
             ),
-            ("double applies", str(len(self.double_applies)), not self.double_applies),
-            ("lost jobs", str(len(self.lost)), not self.lost),
-            ("per-workspace order violations", str(len(self.order_violations)), not self.order_violations),
-            (
-                "halted workspaces",
-                ", ".join(f"{ws} ({reason[:60]})" for ws, reason in sorted(self.halted.items())) or "none",
+            ReportLine("double applies", str(len(self.double_applies)), not self.double_applies),
+            ReportLine("lost jobs", str(len(self.lost)), not self.lost),
+            ReportLine("per-workspace order violations", str(len(self.order_violations)), not self.order_violations),
+            ReportLine(
+                "halted workspaces (expected: " + (", ".join(sorted(self.expected_halted)) or "none") + ")",
+                ", ".join(sorted(self.halted)) or "none",
                 set(self.halted) == self.expected_halted,
             ),
-            (
+            ReportLine(
                 "other workspaces complete",
                 "yes" if not self.incomplete_workspaces else "no",
                 not self.incomplete_workspaces,
             ),
-            (
+            ReportLine(
                 "pull requests opened / completed workspaces",
                 f"{self.pull_requests} / {self.pull_requests_expected}",
                 not self.workspaces_without_pull_request and not self.unexpected_pull_requests,
             ),
-            (
+            ReportLine(
                 "duplicate pull requests per head",
                 str(len(self.duplicate_pull_requests)),
                 not self.duplicate_pull_requests,
             ),
-            (
+            ReportLine(
                 "run_tests results passed / run_tests succeeded",
                 f"{self.tests_passed} / {self.tests_succeeded}",
                 not self.tests_without_passed_result,
             ),
-            ("seconds", f"{self.seconds:.1f}", True),
+            ReportLine("seconds", f"{self.seconds:.1f}"),
         ]
 
 

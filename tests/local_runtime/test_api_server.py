@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
+import socket
+import struct
+import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -277,3 +281,56 @@ def test_api_server_route_matching_prefers_the_most_specific() -> None:
     assert variable.match("GET", "/jobs/j-1") == {"jobId": "j-1"}
     assert variable.match("POST", "/jobs/j-1") is None
     assert greedy.match("DELETE", "/a/b/c") == {"proxy": "a/b/c"}
+
+
+class _Records(logging.Handler):
+    """The records of one logger, with an event set at the first."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+        self.first = threading.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+        self.first.set()
+
+
+def test_api_server_logs_a_client_that_hung_up_in_one_line(
+    server_stack: Stack, capsys: pytest.CaptureFixture[str]
+) -> None:
+    invoked, release = threading.Event(), threading.Event()
+
+    def slow(event: dict[str, Any], context: Any) -> dict[str, Any]:
+        invoked.set()
+        release.wait(30)
+        return {"statusCode": 202, "body": "{}"}
+
+    records = _Records()
+    server_logger = logging.getLogger("agent_jobs_local.api_server")
+    server_logger.addHandler(records)
+    try:
+        with LocalApiServer(server_stack.model, slow) as server:
+            # Given a request whose client hangs up (a reset, as a killed curl's) while the function runs
+            client = socket.create_connection((server.host, server.port), timeout=10)
+            client.sendall(
+                f"POST /jobs HTTP/1.1\r\nHost: x\r\nAuthorization: {mint_token('default')}\r\n"
+                "Content-Length: 2\r\n\r\n{}".encode()
+            )
+            assert invoked.wait(30)
+            client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            client.close()
+            release.set()
+            # When the server writes the answer
+            assert records.first.wait(30), "no log line about the client that hung up"
+    finally:
+        server_logger.removeHandler(records)
+
+    # Then the log says so in one line, and no traceback is printed
+    (record,) = records.records
+    assert record.levelno == logging.WARNING
+    message = record.getMessage()
+    assert message.startswith("client 127.0.0.1 hung up before the answer to POST /jobs was written")
+    assert "\n" not in message
+    assert record.exc_info is None
+    assert "Traceback" not in capsys.readouterr().err

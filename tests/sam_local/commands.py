@@ -1,7 +1,7 @@
-"""The README's `sam local` commands: the ones this suite runs, and how the README shows them.
+"""The documented `sam local` commands: the ones this suite runs, and how docs/sam-local.md shows them.
 
-`COMMANDS` is the list, in order; the README's `sam local` section shows exactly these in its first `sh` block (a test
-compares them), written with `\\` continuations and `# ` comments, which `readme_commands` takes out again.
+`COMMANDS` is the list, in order; the page's "The commands" section shows exactly these in its first `sh` block (a
+test compares them), written with `\\` continuations and `# ` comments, which `documented_commands` takes out again.
 """
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ from typing import Final
 
 from tests.documentation import doc_section
 
-README_SECTION: Final = "`sam local`"
+PAGE: Final = "docs/sam-local.md"
+SECTION: Final = "The commands"
 # What the API's job of the start-api example writes: a new file, so it applies on whatever head repo-gamma has.
 START_API_JOB: Final = (
     '{"jobId":"api-1","workspaceId":"repo-gamma","type":"apply_patch","payload":{"patch":"--- /dev/null\\n'
@@ -50,13 +51,13 @@ def normalized(command: str) -> str:
     return " ".join(command.split())
 
 
-def readme_commands(text: str | None = None) -> list[str]:
-    """The commands of the first `sh` block of the README's `sam local` section: `\\` continuations joined, `  # `
-    comments and blank lines dropped, whitespace normalized."""
-    section = text if text is not None else doc_section("README.md", README_SECTION)
+def documented_commands(text: str | None = None) -> list[str]:
+    """The commands of the first `sh` block of docs/sam-local.md's "The commands" section (or of `text`): `\\`
+    continuations joined, `  # ` comments and blank lines dropped, whitespace normalized."""
+    section = text if text is not None else doc_section(PAGE, SECTION)
     match = re.search(r"```sh\n(.*?)```", section, flags=re.DOTALL)
     if match is None:
-        raise ValueError("the README's sam local section has no sh block")
+        raise ValueError(f"{PAGE}'s {SECTION!r} section has no sh block")
     commands: list[str] = []
     pending = ""
     for raw in match.group(1).splitlines():

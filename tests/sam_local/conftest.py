@@ -1,4 +1,4 @@
-"""`sam local` for real: a container engine, the Lambda Python base image, and the README's `sam local` commands.
+"""`sam local` for real: a container engine, the Lambda Python base image, and the documented `sam local` commands.
 
 Every test in this folder is marked `sam_local` (and `build`, so `make test-fast` leaves them out with the other `sam
 build` tests); `make sam-local` runs them alone. They need Docker: when it is missing and this runs as root with
@@ -136,9 +136,9 @@ def lambda_image(docker_engine: None) -> str:
 
 @pytest.fixture(scope="session")
 def command_line_tools(docker_engine: None) -> None:
-    """jq and curl, which the README's commands use."""
+    """jq and curl, which the documented commands use."""
     missing = [tool for tool in ("jq", "curl") if shutil.which(tool) is None]
     if missing:
         problem = _apt_install(*missing)
         if problem is not None:
-            pytest.fail(f"the README's sam local commands need {', '.join(missing)}: {problem}")
+            pytest.fail(f"the documented sam local commands need {', '.join(missing)}: {problem}")

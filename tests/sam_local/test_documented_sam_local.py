@@ -1,6 +1,6 @@
-"""The README's `sam local` commands, run as a user runs them: one bash script of exactly `COMMANDS`, from the
-repository root, with Docker and the Lambda base image there. Then each command's answer and the state in the local
-stack's emulator are checked, and `sam local start-api` gets the requests an attacker would send.
+"""The documented `sam local` commands (docs/sam-local.md), run as a user runs them: one bash script of exactly
+`COMMANDS`, from the repository root, with Docker and the Lambda base image there. Then each command's answer and the
+state in the local stack's emulator are checked, and `sam local start-api` gets the requests an attacker would send.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from boto3.dynamodb.types import TypeDeserializer
 from agent_jobs_local.auth import mint_token
 from tests.documentation import doc_section
 from tests.sam_build.test_sam_build import ELF_MACHINE_AARCH64, ELF_MACHINE_X86_64, elf_machine
-from tests.sam_local.commands import COMMANDS, normalized, readme_commands
+from tests.sam_local.commands import COMMANDS, PAGE, SECTION, documented_commands, normalized
 from tests.sam_local.conftest import REPO, lambda_architecture
 
 START_API = "http://127.0.0.1:3001"
@@ -38,23 +38,23 @@ pytestmark = pytest.mark.timeout(2400)
 SAMPLE_REMOTES = REPO / ".local" / "remotes" / "tenant-demo"
 
 
-def test_readme_shows_exactly_the_commands_this_suite_runs() -> None:
-    assert readme_commands() == [normalized(command) for command in COMMANDS]
+def test_docs_show_exactly_the_commands_this_suite_runs() -> None:
+    assert documented_commands() == [normalized(command) for command in COMMANDS]
 
 
-def test_readme_commands_paste_into_zsh_too() -> None:
+def test_documented_commands_paste_into_zsh_too() -> None:
     # Interactive zsh (macOS's shell) takes `#` literally unless INTERACTIVE_COMMENTS is set: no comments in the block
-    block = re.search(r"```sh\n(.*?)```", doc_section("README.md", "`sam local`"), flags=re.DOTALL)
+    block = re.search(r"```sh\n(.*?)```", doc_section(PAGE, SECTION), flags=re.DOTALL)
     assert block is not None
     assert [line for line in block.group(1).splitlines() if re.search(r"(^|\s)#", line)] == []
 
 
-def test_readme_commands_parser_joins_continuations_and_drops_comments() -> None:
+def test_documented_commands_parser_joins_continuations_and_drops_comments() -> None:
     section = (
         "text\n```sh\n# a comment line\nmake build \\\n    ARCHITECTURE=x86_64   # why\n\nsam local invoke F\n```\n"
     )
 
-    assert readme_commands(section) == ["make build ARCHITECTURE=x86_64", "sam local invoke F"]
+    assert documented_commands(section) == ["make build ARCHITECTURE=x86_64", "sam local invoke F"]
 
 
 @dataclass
@@ -121,16 +121,18 @@ def _port_taken(port: int) -> bool:
 
 
 @pytest.fixture(scope="module")
-def readme_run(
+def commands_run(
     lambda_image: str, command_line_tools: None, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ScriptRun]:
     # The commands use the local API's port 3000, start-api's 3001 and start-lambda's 3002; taken, an `until` would wait
     # forever.
     taken = [port for port in (3000, 3001, 3002) if _port_taken(port)]
     if taken:
-        pytest.fail(f"the README's commands need port {' and '.join(map(str, taken))}, in use (another `make local`?)")
+        pytest.fail(
+            f"the documented commands need port {' and '.join(map(str, taken))}, in use (another `make local`?)"
+        )
     folder = tmp_path_factory.mktemp("sam-local")
-    script = folder / "readme.sh"
+    script = folder / "commands.sh"
     script.write_text(_script(folder))
     env = {**os.environ, "SAM_CLI_TELEMETRY": "0"}
     started = time.monotonic()
@@ -147,7 +149,7 @@ def readme_run(
         if code != 0:
             last = int(steps[-1][0]) if steps[-1][0] != "end" else len(COMMANDS) - 1
             pytest.fail(
-                f"the README's commands stopped at {COMMANDS[last]!r} (exit {code}):\n"
+                f"the documented commands stopped at {COMMANDS[last]!r} (exit {code}):\n"
                 f"{(folder / f'{last}.err').read_text()[-3000:] if (folder / f'{last}.err').exists() else ''}"
             )
         run = ScriptRun(folder=folder, seconds=seconds, step_seconds=step_seconds)
@@ -224,7 +226,7 @@ def _body(response: dict[str, Any]) -> dict[str, Any]:
     return body
 
 
-def test_readme_commands_run_and_answer_as_documented(readme_run: ScriptRun) -> None:
+def test_documented_commands_run_and_answer_as_documented(commands_run: ScriptRun) -> None:
     emulator = Emulator.of_local_stack()
     architecture = lambda_architecture()
 
@@ -246,16 +248,16 @@ def test_readme_commands_run_and_answer_as_documented(readme_run: ScriptRun) -> 
         assert (workspace or {}).get("tenantId") == "tenant-demo", workspace_id
 
     # the producer, in its container, against the emulator
-    put = readme_run.answer("events/http_put_workspace.json")
+    put = commands_run.answer("events/http_put_workspace.json")
     assert put["statusCode"] == 201, put
     assert (emulator.item("ws#repo-delta") or {}).get("tenantId") == "tenant-demo"
-    posted = readme_run.answer("events/http_post_job.json")
+    posted = commands_run.answer("events/http_post_job.json")
     assert posted["statusCode"] == 202, posted
     assert _body(posted)["jobId"] == "job-0001"
-    got = readme_run.answer("events/http_get_job.json")
+    got = commands_run.answer("events/http_get_job.json")
     assert got["statusCode"] == 200, got
     assert _body(got)["jobId"] == "job-0001"
-    invalid = readme_run.answer("events/http_post_job_invalid.json")
+    invalid = commands_run.answer("events/http_post_job_invalid.json")
     assert invalid["statusCode"] == 422, invalid
     assert emulator.job("job 0002") is None
     # the queued job ran on the stack's own workers: its patch is on repo-gamma's branch
@@ -264,8 +266,10 @@ def test_readme_commands_run_and_answer_as_documented(readme_run: ScriptRun) -> 
     # the worker, in its container: the events' jobs are checked, claimed and run in order per workspace, on remotes
     # the local git server serves over HTTPS (trusting its local CA, under sam local only); run_tests invokes the test
     # sandbox that `sam local start-lambda` serves, and open_pr the GitHub API of the tenant's folder of that server
-    first = readme_run.answer("events/sqs_fifo_two_workspaces.json")
-    assert first["batchItemFailures"] == [], readme_run.err(COMMANDS.index(_command("sqs_fifo_two_workspaces")))[-3000:]
+    first = commands_run.answer("events/sqs_fifo_two_workspaces.json")
+    assert first["batchItemFailures"] == [], commands_run.err(COMMANDS.index(_command("sqs_fifo_two_workspaces")))[
+        -3000:
+    ]
     for job_id, workspace_id, path, content in (
         ("job-a-001", "repo-alpha", "src/app.py", b"fixed = True\n"),
         ("job-b-001", "repo-beta", "README.md", b"Beta docs\n"),
@@ -291,27 +295,29 @@ def test_readme_commands_run_and_answer_as_documented(readme_run: ScriptRun) -> 
     assert (pull_request["status"], pull_request["result"]["alreadyOpen"]) == ("SUCCEEDED", False), pull_request
     assert pull_request["result"]["number"] >= 1
     # the duplicate delivery: job-a-001 again, twice, and job-a-002: acknowledged without a second effect
-    duplicate = readme_run.answer("events/sqs_fifo_duplicate_delivery.json")
+    duplicate = commands_run.answer("events/sqs_fifo_duplicate_delivery.json")
     assert duplicate["batchItemFailures"] == []
     for job_id in ("job-a-001", "job-a-002"):
         assert (emulator.job(job_id) or {}).get("attempt") == 1
     assert remote_branch_head("repo-alpha") == (emulator.job("job-a-001") or {})["result"]["commit"]
 
     # the test sandbox, in its container, with its tenant
-    sandbox = readme_run.answer("events/sandbox_run_tests.json")
+    sandbox = commands_run.answer("events/sandbox_run_tests.json")
     assert (sandbox["outcome"], sandbox["exitCode"], sandbox["outputTail"]) == ("passed", 0, "unit: 3 passed\n")
 
     # sam local start-api: the token verified by the function itself; the job queued and run by the stack's workers
-    accepted = readme_run.answer("localhost:3001/jobs -H")
+    accepted = commands_run.answer("localhost:3001/jobs -H")
     assert (accepted["jobId"], accepted["status"], accepted["created"]) == ("api-1", "QUEUED", True)
-    read = readme_run.answer("localhost:3001/jobs/api-1")
+    read = commands_run.answer("localhost:3001/jobs/api-1")
     assert (read["jobId"], read["tenantId"]) == ("api-1", "tenant-demo")
     assert emulator.wait_for_job("api-1", "SUCCEEDED")["workspaceId"] == "repo-gamma"
 
     invocations = sum(command.startswith("sam local invoke") for command in COMMANDS)
-    steps = {f"{index} {COMMANDS[index][:30]}": round(seconds, 1) for index, seconds in readme_run.step_seconds.items()}
+    steps = {
+        f"{index} {COMMANDS[index][:30]}": round(seconds, 1) for index, seconds in commands_run.step_seconds.items()
+    }
     print(
-        f"\nsam local: the README's {len(COMMANDS)} commands in {readme_run.seconds:.0f} s; {invocations} sam local"
+        f"\nsam local: the documented {len(COMMANDS)} commands in {commands_run.seconds:.0f} s; {invocations} sam local"
         f" invoke runs; start-api answered {sum(command.startswith('curl') for command in COMMANDS)} requests;"
         f" each step (s): {json.dumps(steps)}"
     )
@@ -332,7 +338,7 @@ def _job(job_id: str, workspace_id: str = "repo-gamma") -> bytes:
     return json.dumps({**job, "payload": {"patch": patch, "commitMessage": job_id}}).encode()
 
 
-def test_start_api_refuses_what_an_attacker_sends(readme_run: ScriptRun) -> None:
+def test_start_api_refuses_what_an_attacker_sends(commands_run: ScriptRun) -> None:
     emulator = Emulator.of_local_stack()
     json_type = {"content-type": "application/json"}
 
